@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Idempotent set-up shared by the README commands and .ci/run:
+#   Debian packages (Open MPI, Slurm, munge), the virtual environment with pinned torch,
+#   the harness itself, the generated JPEG dataset, and a local one-node Slurm cluster
+#   when no cluster answers. A second run only checks that each step is already done.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${DLSCALE_VENV:-$repo/.venv}"
+cache="${DLSCALE_CACHE:-$HOME/.cache/dlscale}"
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+debian_packages=(openmpi-bin libopenmpi-dev slurm-wlm munge iproute2 procps)
+missing=()
+for pkg in "${debian_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    log "installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [[ ! -x "$venv/bin/python" ]]; then
+    log "creating virtual environment $venv"
+    python3 -m venv "$venv"
+fi
+stamp="$venv/.dlscale-installed"
+want="$(cat "$repo/pyproject.toml" "$repo/ci/constraints.txt" | sha256sum | cut -c1-16)"
+if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+    log "installing dlscale and pinned dependencies into $venv"
+    "$venv/bin/pip" install -q -c "$repo/ci/constraints.txt" -e "$repo[dev,mpi]"
+    echo "$want" > "$stamp"
+fi
+
+"$venv/bin/python" -m harness.dataset --ensure "$cache/dataset" >&2
+
+"$repo/ci/slurm/start.sh"

@@ -1,0 +1,121 @@
+"""What a cell is, and the matrix of cells the suite measures, defined once, as data."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Iterable, Mapping
+
+from .frameworks import FRAMEWORKS
+from .loaders import LOADERS
+from .models import MODELS
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Cell:
+    """One measured configuration: framework x loader x model x rank (GPU) count."""
+
+    framework: str
+    loader: str
+    model: str
+    ranks: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.framework}-{self.loader}-{self.model}-g{self.ranks}"
+
+    @property
+    def series(self) -> tuple[str, str, str]:
+        """Cells of one series differ only in rank count; E_G compares within a series."""
+        return (self.framework, self.loader, self.model)
+
+    @classmethod
+    def from_id(cls, cell_id: str) -> "Cell":
+        framework, loader, rest = cell_id.split("-", 2)
+        if loader == "dali":  # "dali-cpu" and "dali-gpu" carry a dash of their own
+            suffix, rest = rest.split("-", 1)
+            loader = f"dali-{suffix}"
+        model, _, ranks = rest.rpartition("-g")
+        return cls(framework=framework, loader=loader, model=model, ranks=int(ranks))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Workload:
+    """Settings shared by every cell of a run. Part of each cell's configuration hash."""
+
+    image_size: int = 224
+    batch_size: int = 64
+    """Images per rank per step (the study used 64 per GPU)."""
+    warmup_steps: int = 10
+    """Steps run before timing starts; never counted."""
+    steps: int = 50
+    """Timed steps."""
+    num_workers: int = 4
+    """DataLoader worker processes per rank (native loader)."""
+    num_classes: int = 1000
+    base_lr: float = 0.025
+    """Per-rank learning rate; scaled linearly with the rank count, as in the study."""
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    label_smoothing: float = 0.1
+    seed: int = 1234
+    data_dir: str | None = None
+    """ImageFolder tree read by the file-reading loaders."""
+
+    def config_hash(self, cell: Cell) -> str:
+        """Hash of everything that changes what a cell measures, except the rank count."""
+        fields = dataclasses.asdict(self)
+        fields.pop("data_dir")  # where the data lives is not what is measured
+        fields.update(framework=cell.framework, loader=cell.loader, model=cell.model)
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+    def replace(self, **changes: Any) -> "Workload":
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+PROFILES: Mapping[str, Workload] = {
+    # The study's settings (ImageNet-sized images, 64 per GPU).
+    "study": Workload(),
+    # Small enough that a CPU-only machine measures the whole matrix in minutes.
+    "cpu-small": Workload(image_size=64, batch_size=16, warmup_steps=5, steps=20,
+                          num_workers=2, num_classes=100),
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Matrix:
+    frameworks: tuple[str, ...] = ("ddp",)
+    loaders: tuple[str, ...] = ("synthetic", "native")
+    models: tuple[str, ...] = ("resnet50",)
+    ranks: tuple[int, ...] = (1, 2)
+
+    def __post_init__(self) -> None:
+        for registry, names in ((FRAMEWORKS, self.frameworks), (LOADERS, self.loaders), (MODELS, self.models)):
+            for name in names:
+                registry.check(name)
+        if any(r < 1 for r in self.ranks):
+            raise ValueError(f"rank counts must be positive, got {list(self.ranks)}")
+
+    def cells(self) -> list[Cell]:
+        """Every cell, each series' rank counts in increasing order so references come first."""
+        return [Cell(framework=f, loader=l, model=m, ranks=g)
+                for f in self.frameworks for l in self.loaders for m in self.models
+                for g in sorted(set(self.ranks))]
+
+
+DEFAULT_MATRIX = Matrix()
+
+
+def parse_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def parse_ranks(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in parse_list(text))
+    except ValueError:
+        raise ValueError(f"--gpus takes comma-separated rank counts such as 1,2,4; got {text!r}") from None
+
+
+def unique(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))

@@ -1,0 +1,135 @@
+"""One rank of a cell. Started by a launcher, once per rank:
+
+    srun -n 2 python -m harness.worker SPEC.json
+
+Reads its rank from the launcher's environment, trains, and writes ``record-rank<R>.json`` (or
+``error-rank<R>.json`` with the traceback) into the spec's output directory. Progress goes to
+``progress-rank<R>.json`` so the runner can tell a live rank from a hung one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from .jsonio import write_json_atomic
+from .rankenv import RankInfo, read_rank_info
+
+
+class ProgressFile:
+    """Heartbeat and progress for the runner: rewritten at most every ``interval`` seconds."""
+
+    def __init__(self, path: Path, interval: float = 1.0):
+        self.path = path
+        self.interval = interval
+        self.last_write = 0.0
+
+    def __call__(self, phase: str, step: int, of: int) -> None:
+        now = time.time()
+        if now - self.last_write >= self.interval or step == of:
+            write_json_atomic(self.path, {"phase": phase, "step": step, "of": of, "time": now})
+            self.last_write = now
+
+
+def pick_device(requested: str, rank: RankInfo):
+    import torch
+
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if rank.local_rank >= count:
+        raise RuntimeError(f"local rank {rank.local_rank} has no GPU: this node shows {count}")
+    torch.cuda.set_device(rank.local_rank)
+    return torch.device("cuda", rank.local_rank)
+
+
+def threads_for(rank: RankInfo, requested: int | None) -> int:
+    """CPU threads per rank: the node's cores shared fairly among its ranks unless given."""
+    if requested:
+        return requested
+    return max(1, len(os.sched_getaffinity(0)) // rank.local_world_size)
+
+
+def run(spec: dict, rank: RankInfo, progress: ProgressFile) -> dict:
+    import torch
+
+    from .cells import Cell, Workload
+    from .frameworks import FRAMEWORKS
+    from .loaders import LOADERS
+    from .models import build_model
+    from .provenance import package_versions
+    from .trainloop import train
+
+    cell = Cell(**spec["cell"])
+    workload = Workload(**spec["workload"])
+    if cell.ranks != rank.world_size:
+        raise RuntimeError(f"cell {cell.id} wants {cell.ranks} ranks but the launcher started {rank.world_size}")
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master_addr, str(rank.master_port)
+    threads = threads_for(rank, spec.get("threads_per_rank"))
+    torch.set_num_threads(threads)
+    torch.manual_seed(workload.seed)
+    device = pick_device(spec.get("device", "auto"), rank)
+
+    adapter = FRAMEWORKS.create(cell.framework, **spec.get("framework_options", {}))
+    adapter.setup(rank, device)
+    try:
+        model = build_model(cell.model, workload.num_classes).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=workload.base_lr * rank.world_size,
+                                    momentum=workload.momentum, weight_decay=workload.weight_decay)
+        loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=workload.label_smoothing)
+        adapter.wrap(model, optimizer, loss_fn)
+        loader = LOADERS.create(cell.loader, workload=workload, rank=rank, device=device)
+        try:
+            samples = train(adapter, loader, warmup_steps=workload.warmup_steps, steps=workload.steps,
+                            device=device, progress=progress)
+        finally:
+            loader.close()
+        framework_settings = adapter.settings()
+    finally:
+        adapter.shutdown()
+    return {
+        "cell": cell.id,
+        **dataclasses.asdict(rank),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "device": str(device),
+        "threads": threads,
+        "framework_settings": framework_settings,
+        "loader_settings": loader.settings(),
+        "versions": package_versions(),
+        **samples,
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[1]).read_text())
+    output = Path(spec["output_dir"])
+    label = f"pid{os.getpid()}"
+    try:
+        rank = read_rank_info(os.environ)
+        label = f"rank{rank.rank}"
+        record = run(spec, rank, ProgressFile(output / f"progress-{label}.json"))
+        write_json_atomic(output / f"record-{label}.json", record)
+        return 0
+    except BaseException as error:  # noqa: BLE001 - every failure must reach the runner
+        write_json_atomic(output / f"error-{label}.json", {
+            "rank": label, "host": socket.gethostname(), "pid": os.getpid(),
+            "error": f"{type(error).__name__}: {error}",
+            "traceback": traceback.format_exc()[-4000:],
+        })
+        sys.stderr.write(f"[dlscale worker {label}] {type(error).__name__}: {error}\n")
+        sys.stderr.flush()
+        # Skip interpreter teardown: with peers stuck in a collective it can block for minutes.
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
