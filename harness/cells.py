@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from .frameworks import FRAMEWORKS
 from .loaders import LOADERS
@@ -60,7 +60,15 @@ class Workload:
     label_smoothing: float = 0.1
     seed: int = 1234
     data_dir: str | None = None
-    """ImageFolder tree read by the file-reading loaders."""
+    """ImageFolder tree (or, for the DALI loaders, a directory of indexed TFRecord shards) read by
+    the file-reading loaders."""
+    data_format: str = "auto"
+    """How the DALI loaders read ``data_dir``: "folder" (ImageFolder tree), "tfrecord" (shards with
+    DALI index files, see harness.tfrecord) or "auto" (whichever the directory holds)."""
+    dali_threads: int = 4
+    """DALI CPU worker threads per rank (the DALI loaders' counterpart of ``num_workers``)."""
+    prefetch: int = 2
+    """Batches the DALI pipeline prepares ahead (its ``prefetch_queue_depth``)."""
 
     def config_hash(self, cell: Cell) -> str:
         """Hash of everything that changes what a cell measures, except the rank count."""
@@ -116,6 +124,3 @@ def parse_ranks(text: str) -> tuple[int, ...]:
     except ValueError:
         raise ValueError(f"--gpus takes comma-separated rank counts such as 1,2,4; got {text!r}") from None
 
-
-def unique(items: Iterable[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(items))

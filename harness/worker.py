@@ -24,15 +24,16 @@ from .rankenv import RankInfo, read_rank_info
 class ProgressFile:
     """Heartbeat and progress for the runner: rewritten at most every ``interval`` seconds."""
 
-    def __init__(self, path: Path, interval: float = 1.0):
+    def __init__(self, path: Path, rank: int, interval: float = 1.0):
         self.path = path
+        self.rank = rank
         self.interval = interval
         self.last_write = 0.0
 
     def __call__(self, phase: str, step: int, of: int) -> None:
         now = time.time()
         if now - self.last_write >= self.interval or step == of:
-            write_json_atomic(self.path, {"phase": phase, "step": step, "of": of, "time": now})
+            write_json_atomic(self.path, {"rank": self.rank, "phase": phase, "step": step, "of": of, "time": now})
             self.last_write = now
 
 
@@ -55,10 +56,11 @@ def threads_for(rank: RankInfo, requested: int | None) -> int:
     return max(1, len(os.sched_getaffinity(0)) // rank.local_world_size)
 
 
-def run(spec: dict, rank: RankInfo, progress: ProgressFile) -> dict:
+def run(spec: dict, rank: RankInfo, progress) -> dict:
     import torch
 
     from .cells import Cell, Workload
+    from .faults import Fault, with_fault
     from .frameworks import FRAMEWORKS
     from .loaders import LOADERS
     from .models import build_model
@@ -74,8 +76,12 @@ def run(spec: dict, rank: RankInfo, progress: ProgressFile) -> dict:
     torch.set_num_threads(threads)
     torch.manual_seed(workload.seed)
     device = pick_device(spec.get("device", "auto"), rank)
+    fault = Fault(**spec["fault"]) if spec.get("fault") else None
+    progress = with_fault(progress, fault, rank.rank)
+    progress("setup", 0, 1)
 
     adapter = FRAMEWORKS.create(cell.framework, **spec.get("framework_options", {}))
+    adapter.configure(workload)
     adapter.setup(rank, device)
     try:
         model = build_model(cell.model, workload.num_classes).to(device)
@@ -83,6 +89,7 @@ def run(spec: dict, rank: RankInfo, progress: ProgressFile) -> dict:
                                     momentum=workload.momentum, weight_decay=workload.weight_decay)
         loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=workload.label_smoothing)
         adapter.wrap(model, optimizer, loss_fn)
+        progress("setup", 1, 1)
         loader = LOADERS.create(cell.loader, workload=workload, rank=rank, device=device)
         try:
             samples = train(adapter, loader, warmup_steps=workload.warmup_steps, steps=workload.steps,
@@ -116,7 +123,7 @@ def main(argv: list[str]) -> int:
     try:
         rank = read_rank_info(os.environ)
         label = f"rank{rank.rank}"
-        record = run(spec, rank, ProgressFile(output / f"progress-{label}.json"))
+        record = run(spec, rank, ProgressFile(output / f"progress-{label}.json", rank.rank))
         write_json_atomic(output / f"record-{label}.json", record)
         return 0
     except BaseException as error:  # noqa: BLE001 - every failure must reach the runner

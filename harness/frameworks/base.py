@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import abc
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from ..rankenv import RankInfo
+
+if TYPE_CHECKING:
+    from ..cells import Workload
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -15,6 +18,9 @@ class FrameworkAdapter(abc.ABC):
     """Wraps one distributed framework: set-up, one training step in two halves, collectives."""
 
     name: str
+
+    def configure(self, workload: "Workload") -> None:
+        """Called before :meth:`setup` with the cell's workload, for adapters that need it (batch size)."""
 
     @abc.abstractmethod
     def setup(self, rank: RankInfo, device: torch.device) -> None:

@@ -1,0 +1,34 @@
+"""Real cells through each real launcher: one process per rank, records from every rank."""
+import math
+
+import pytest
+
+from harness.cells import Cell
+from harness.procs import processes_with_token
+from harness.runner import run_cell
+
+from ..conftest import TINY
+
+SOURCES = {"srun": "slurm", "mpirun": "openmpi", "torchrun": "torchrun"}
+
+pytestmark = pytest.mark.launch
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("loader", ["synthetic", "native"])
+@pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"], indirect=True)
+def test_ddp_cell_runs_on_every_rank(launcher, loader, ranks, tmp_path, tiny_dataset):
+    cell = Cell(framework="ddp", loader=loader, model="resnet50", ranks=ranks)
+    run = run_cell(cell, TINY.replace(data_dir=str(tiny_dataset)), launcher, workdir=tmp_path)
+    assert run.ok, run.error
+    assert sorted(r["rank"] for r in run.records) == list(range(ranks))
+    assert len({r["pid"] for r in run.records}) == ranks  # a real process per rank
+    for record in run.records:
+        assert record["source"] == SOURCES[launcher.name]
+        assert record["world_size"] == ranks
+        assert record["images"] == TINY.steps * TINY.batch_size
+        assert len(record["step_times"]) == TINY.steps and all(t > 0 for t in record["step_times"])
+        assert all(math.isfinite(loss) for loss in record["losses"])
+    if loader == "native":
+        assert run.records[0]["loader_settings"]["images"] == 80
+    assert processes_with_token(run.token) == []

@@ -1,0 +1,96 @@
+"""The scaling suite as a user runs it: pytest itself, in a subprocess, launching real cells."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ..conftest import TINY
+
+pytestmark = pytest.mark.launch
+SCALING_TEST = Path(__file__).resolve().parents[1] / "scaling" / "test_scaling.py"
+TINY_FLAGS = ["--image-size", str(TINY.image_size), "--batch-size", str(TINY.batch_size), "--steps", str(TINY.steps),
+              "--warmup-steps", str(TINY.warmup_steps), "--num-workers", str(TINY.num_workers)]
+
+
+@pytest.fixture
+def suite(pytester):
+    shutil.copy(SCALING_TEST, pytester.path / "test_scaling.py")
+    baselines = pytester.path / "baselines"
+
+    def run(*args):
+        return pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider", "-m", "scaling",
+                                             "--system", "testsys", "--baselines-dir", str(baselines),
+                                             "--launcher", "torchrun", *TINY_FLAGS, *args)
+
+    run.baseline_file = baselines / "testsys.json"
+    return run
+
+
+def test_record_then_pass_against_the_new_baselines(suite, pytester):
+    first = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines", "--results-json", "r.json")
+    first.assert_outcomes(passed=2)
+    first.stdout.fnmatch_lines(["*dlscale summary*", "*ddp-synthetic-resnet50-g1*torchrun*1.000*no-baseline*",
+                                "*ddp-synthetic-resnet50-g2*torchrun*no-baseline*",
+                                "*updated*testsys.json (3 change(s))*"])
+    saved = json.loads(suite.baseline_file.read_text())
+    assert set(saved["cells"]) == {"ddp-synthetic-resnet50-g1", "ddp-synthetic-resnet50-g2"}
+    assert saved["cells"]["ddp-synthetic-resnet50-g2"]["provenance"]["launcher"] == "torchrun"
+    results = json.loads((pytester.path / "r.json").read_text())
+    assert [len(cell["records"]) for cell in results["cells"]] == [1, 2]
+
+    # A hand-widened band (this machine is shared, so timings swing) must survive the next update.
+    for entry in saved["cells"].values():
+        entry["throughput"].update(lower=-0.9, upper=None)
+        entry.pop("efficiency", None)
+    suite.baseline_file.write_text(json.dumps(saved))
+    second = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines")
+    second.assert_outcomes(passed=2)
+    second.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1*pass*", "*ddp-synthetic-resnet50-g2*pass*", "2 pass"])
+    again = json.loads(suite.baseline_file.read_text())["cells"]["ddp-synthetic-resnet50-g2"]["throughput"]
+    assert (again["lower"], again["upper"]) == (-0.9, None)
+
+
+def test_a_throughput_far_below_the_baseline_fails_the_cell(suite):
+    suite.baseline_file.parent.mkdir()
+    suite.baseline_file.write_text(json.dumps({"schema_version": 1, "cells": {
+        "ddp-synthetic-resnet50-g1": {"throughput": {"value": 1e6, "lower": -0.1, "upper": 0.1, "unit": "img/s"}}}}))
+    result = suite("--loaders", "synthetic", "--gpus", "1")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1 regressed: throughput*below the tolerated -10%*"])
+
+
+def test_corrupt_baseline_is_named_and_never_overwritten(suite):
+    suite.baseline_file.parent.mkdir()
+    suite.baseline_file.write_text("{ not json")
+    result = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*baseline file {suite.baseline_file} is not valid JSON*"])
+    assert suite.baseline_file.read_text() == "{ not json"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--frameworks", "tensorflow"], "*unknown framework 'tensorflow'; valid names: ddp*"),
+    (["--loaders", "ffcv"], "*unknown loader 'ffcv'; valid names: synthetic, native*"),
+    (["--models", "vgg"], "*unknown model 'vgg'; valid names: resnet50, resnet101, resnet152*"),
+    (["--launcher", "aprun"], "*unknown launcher 'aprun'; valid names: srun, mpirun, torchrun*"),
+])
+def test_unknown_names_are_usage_errors(suite, flags, message):
+    result = suite(*flags)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_data_that_is_not_an_image_folder_stops_before_any_process(suite, pytester):
+    flat = pytester.mkdir("flat")
+    (flat / "a.jpg").write_bytes(b"")
+    result = suite("--loaders", "native", "--data", str(flat))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*is not an ImageFolder tree*"])
+    assert not (pytester.path / "results").exists()
+
+
+def test_more_ranks_than_the_machine_offers_are_skipped_with_the_reason(suite):
+    result = suite("--loaders", "synthetic", "--gpus", "64", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g64 needs 64 ranks but this machine offers*"])

@@ -1,0 +1,86 @@
+import json
+
+import pytest
+
+from harness.baselines import BaselineError, BaselineFile, Reference, judge
+
+
+def write(path, data):
+    path.write_text(json.dumps(data))
+    return path
+
+
+def entry(value=100.0, lower=-0.1, upper=0.1, **extra):
+    return {"throughput": {"value": value, "lower": lower, "upper": upper, "unit": "img/s"}, **extra}
+
+
+def baseline(tmp_path, cells):
+    return write(tmp_path / "sys.json", {"schema_version": 1, "system": "sys", "cells": cells})
+
+
+def test_missing_file_is_an_empty_baseline(tmp_path):
+    file = BaselineFile.load(tmp_path / "none.json", "sys")
+    assert file.entry("ddp-synthetic-resnet50-g1") is None
+
+
+def test_corrupt_json_names_the_file(tmp_path):
+    path = tmp_path / "sys.json"
+    path.write_text('{"schema_version": 1, "cells": {')
+    with pytest.raises(BaselineError, match=f"{path} is not valid JSON"):
+        BaselineFile.load(path, "sys")
+
+
+@pytest.mark.parametrize("data, why", [
+    ([], "top level must be an object"),
+    ({"schema_version": 9, "cells": {}}, "schema_version must be 1"),
+    ({"schema_version": 1, "cells": []}, '"cells" must be an object'),
+    ({"schema_version": 1, "cells": {"c": {"config_hash": "x"}}}, "none of the metrics"),
+    ({"schema_version": 1, "cells": {"c": entry(value=-3)}}, "positive numeric"),
+    ({"schema_version": 1, "cells": {"c": entry(lower=0.2)}}, '"lower" must be a relative bound <= 0'),
+])
+def test_schema_violations_name_file_and_fault(tmp_path, data, why):
+    path = write(tmp_path / "sys.json", data)
+    with pytest.raises(BaselineError, match=str(path)) as error:
+        BaselineFile.load(path, "sys")
+    assert why in str(error.value)
+
+
+def test_judge_band():
+    reference = Reference(value=100.0, lower=-0.1, upper=0.2, unit="img/s")
+    assert judge(95.0, reference, metric="throughput").kind == "pass"
+    assert judge(89.0, reference, metric="throughput").kind == "fail"
+    assert judge(121.0, reference, metric="throughput").kind == "faster"
+    assert judge(50.0, None, metric="throughput").kind == "no-baseline"
+    assert "-11.0%" in judge(89.0, reference, metric="throughput").message
+
+
+def test_entry_without_band_gets_the_default_and_the_verdict_says_so(tmp_path):
+    file = BaselineFile.load(baseline(tmp_path, {"c": {"throughput": {"value": 100.0}}}), "sys")
+    reference = file.reference("c", "throughput")
+    assert reference.defaulted and reference.lower == -0.15
+    assert "default band" in judge(80.0, reference, metric="throughput").message
+
+
+def test_update_rewrites_only_given_cells_and_keeps_hand_edited_bands(tmp_path):
+    path = baseline(tmp_path, {"a": entry(lower=-0.05, upper=None), "b": entry(value=7.0)})
+    file = BaselineFile.load(path, "sys")
+    data, changes = file.updated([{"cell": "a", "metrics": {"throughput": 110.0, "efficiency": None},
+                                   "config_hash": "h", "config": {}, "provenance": {"host": "x"}},
+                                  {"cell": "c", "metrics": {"throughput": 5.0}, "config_hash": "h", "config": {},
+                                   "provenance": {}}])
+    file.write(data)
+    saved = json.loads(path.read_text())
+    assert saved["cells"]["a"]["throughput"] == {"value": 110.0, "lower": -0.05, "upper": None, "unit": "img/s"}
+    assert saved["cells"]["b"] == entry(value=7.0)
+    assert saved["cells"]["c"]["throughput"]["lower"] == -0.15
+    assert changes == ["a: throughput 100 -> 110 (+10.0%)", "c: throughput new 5 img/s"]
+    assert [p.name for p in tmp_path.iterdir()] == ["sys.json"]  # no temporary file left behind
+
+
+def test_write_refuses_invalid_content_and_leaves_the_file_alone(tmp_path):
+    path = baseline(tmp_path, {"a": entry()})
+    before = path.read_text()
+    file = BaselineFile.load(path, "sys")
+    with pytest.raises(BaselineError):
+        file.write({"schema_version": 1, "cells": {"a": {"throughput": {"value": "fast"}}}})
+    assert path.read_text() == before

@@ -1,0 +1,36 @@
+import os
+
+import pytest
+
+from harness.launchers import LAUNCHERS, LaunchRequest
+
+REQUEST = LaunchRequest(ranks=2, module="harness.worker", args=("/tmp/spec.json",), job_name="dlscale-x",
+                        master_port=29555, master_addr="127.0.0.1", python="/venv/bin/python")
+
+
+def test_srun_starts_one_task_per_rank_and_kills_the_step_when_one_fails():
+    command = LAUNCHERS.create("srun").command(REQUEST)
+    assert command[0] == "srun"
+    assert "--ntasks=2" in command and "--kill-on-bad-exit=1" in command and "--job-name=dlscale-x" in command
+    assert command[-4:] == ["/venv/bin/python", "-m", "harness.worker", "/tmp/spec.json"]
+
+
+def test_mpirun_exports_the_rendezvous_and_token_variables():
+    command = LAUNCHERS.create("mpirun").command(REQUEST)
+    assert command[:3] == ["mpirun", "-np", "2"]
+    exported = {command[i + 1] for i, token in enumerate(command) if token == "-x"}
+    assert {"MASTER_ADDR", "MASTER_PORT", "DLSCALE_RUN_TOKEN"} <= exported
+    assert ("--allow-run-as-root" in command) == (os.geteuid() == 0)
+    assert command[-4:] == ["/venv/bin/python", "-m", "harness.worker", "/tmp/spec.json"]
+
+
+def test_torchrun_runs_the_worker_module_with_a_static_rendezvous():
+    command = LAUNCHERS.create("torchrun").command(REQUEST)
+    assert command[:3] == ["/venv/bin/python", "-m", "torch.distributed.run"]
+    assert "--nproc-per-node=2" in command and "--master-port=29555" in command and "--max-restarts=0" in command
+    assert command[-3:] == ["-m", "harness.worker", "/tmp/spec.json"]
+
+
+def test_unknown_launcher_lists_the_valid_names():
+    with pytest.raises(ValueError, match="unknown launcher 'aprun'; valid names: srun, mpirun, torchrun"):
+        LAUNCHERS.create("aprun")

@@ -1,0 +1,161 @@
+"""Baseline files: ``baselines/<system>.json``, one entry per cell id. Reading, validating,
+judging a measurement against an entry, and rewriting a file atomically. Schema:
+``baselines/README.md``."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from .jsonio import write_json_atomic
+
+SCHEMA_VERSION = 1
+METRICS = {"throughput": "img/s", "efficiency": ""}
+DEFAULT_TOLERANCE = {"lower": -0.15, "upper": 0.15}
+"""Relative band used where an entry gives none (hand-written entries)."""
+
+
+class BaselineError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Reference:
+    """A reference value with a relative band, in the spirit of ReFrame's references."""
+
+    value: float
+    lower: float
+    """Relative lower edge, e.g. -0.1: fail below 0.9 x value."""
+    upper: float | None
+    """Relative upper edge: above it the verdict is "faster" (an improvement to record)."""
+    unit: str
+    defaulted: bool = False
+    """True when the file gave no band and :data:`DEFAULT_TOLERANCE` stands in."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Verdict:
+    kind: str
+    """"pass", "fail", "faster", "no-baseline" or "stale"."""
+    message: str
+
+    @property
+    def failed(self) -> bool:
+        return self.kind == "fail"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _validate(path: Path, data: Any) -> None:
+    def bad(why: str) -> BaselineError:
+        return BaselineError(f"baseline file {path} is invalid: {why}")
+
+    if not isinstance(data, dict):
+        raise bad("the top level must be an object")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise bad(f"schema_version must be {SCHEMA_VERSION}, found {data.get('schema_version')!r}")
+    cells = data.get("cells")
+    if not isinstance(cells, dict):
+        raise bad('"cells" must be an object keyed by cell id')
+    for cell_id, entry in cells.items():
+        if not isinstance(entry, dict):
+            raise bad(f"cell {cell_id!r} must be an object")
+        metrics = [name for name in METRICS if name in entry]
+        if not metrics:
+            raise bad(f"cell {cell_id!r} has none of the metrics {', '.join(METRICS)}")
+        for name in metrics:
+            reference = entry[name]
+            if not isinstance(reference, dict) or not _number(reference.get("value")) or reference["value"] <= 0:
+                raise bad(f"cell {cell_id!r} {name}: needs a positive numeric \"value\"")
+            for edge, sign in (("lower", -1), ("upper", 1)):
+                edge_value = reference.get(edge)
+                if edge_value is not None and (not _number(edge_value) or edge_value * sign < 0):
+                    raise bad(f"cell {cell_id!r} {name}: \"{edge}\" must be a relative bound "
+                              f"{'<= 0' if sign < 0 else '>= 0'} or null, found {edge_value!r}")
+
+
+@dataclasses.dataclass(kw_only=True)
+class BaselineFile:
+    path: Path
+    system: str
+    data: dict
+
+    @classmethod
+    def load(cls, path: Path, system: str) -> "BaselineFile":
+        """Read and validate ``path``; a missing file is an empty baseline for ``system``."""
+        path = Path(path)
+        if not path.exists():
+            return cls(path=path, system=system, data={"schema_version": SCHEMA_VERSION, "system": system, "cells": {}})
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise BaselineError(f"baseline file {path} is not valid JSON: {error}") from None
+        _validate(path, data)
+        return cls(path=path, system=system, data=data)
+
+    def entry(self, cell_id: str) -> Mapping | None:
+        return self.data["cells"].get(cell_id)
+
+    def reference(self, cell_id: str, metric: str) -> Reference | None:
+        entry = self.entry(cell_id)
+        if entry is None or metric not in entry:
+            return None
+        raw = entry[metric]
+        defaulted = raw.get("lower") is None and raw.get("upper") is None
+        band = DEFAULT_TOLERANCE if defaulted else raw
+        return Reference(value=float(raw["value"]), lower=float(band.get("lower") or 0.0), upper=band.get("upper"),
+                         unit=raw.get("unit", METRICS[metric]), defaulted=defaulted)
+
+    def updated(self, results: list[dict]) -> tuple[dict, list[str]]:
+        """The file's content with ``results`` written in, and a line per change.
+
+        Each result: ``{"cell": id, "metrics": {name: value}, "config_hash": str, "config": dict,
+        "provenance": dict}``. Bands already in the file (hand-edited ones too) are kept.
+        """
+        data = copy.deepcopy(self.data)
+        data["system"] = self.system
+        changes = []
+        for result in results:
+            cell_id = result["cell"]
+            old = data["cells"].get(cell_id, {})
+            new = {key: value for key, value in old.items() if key not in METRICS}
+            for metric, value in result["metrics"].items():
+                if value is None or not _number(value):
+                    continue
+                band = {key: old.get(metric, {}).get(key, DEFAULT_TOLERANCE[key]) for key in ("lower", "upper")}
+                new[metric] = {"value": round(value, 4), **band, "unit": METRICS[metric]}
+                before = old.get(metric, {}).get("value")
+                if before is None:
+                    changes.append(f"{cell_id}: {metric} new {value:.4g} {METRICS[metric]}".rstrip())
+                else:
+                    changes.append(f"{cell_id}: {metric} {before:.4g} -> {value:.4g} ({(value / before - 1):+.1%})")
+            new.update(config_hash=result["config_hash"], config=result["config"], provenance=result["provenance"])
+            data["cells"][cell_id] = new
+        return data, changes
+
+    def write(self, data: dict) -> None:
+        _validate(self.path, data)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.path, data)
+        self.data = data
+
+
+def judge(value: float, reference: Reference | None, *, metric: str) -> Verdict:
+    """Compare one measured value with its reference band (higher is better)."""
+    if reference is None:
+        return Verdict(kind="no-baseline", message=f"no {metric} baseline")
+    floor = reference.value * (1 + reference.lower)
+    note = " (default band: the baseline gives none)" if reference.defaulted else ""
+    relative = value / reference.value - 1
+    if value < floor:
+        return Verdict(kind="fail", message=f"{metric} {value:.4g} is {relative:+.1%} against baseline "
+                                            f"{reference.value:.4g}, below the tolerated {reference.lower:+.0%}{note}")
+    if reference.upper is not None and value > reference.value * (1 + reference.upper):
+        return Verdict(kind="faster", message=f"{metric} {value:.4g} is {relative:+.1%} against baseline "
+                                              f"{reference.value:.4g}: faster than baseline, update?{note}")
+    return Verdict(kind="pass", message=f"{metric} {relative:+.1%} against baseline{note}")

@@ -1,0 +1,127 @@
+"""How a cell's ranks are started: one small class per launcher, each turning a launch request
+into the argument list of a real launcher command (``srun``, ``mpirun``, ``torchrun``)."""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+from .registry import Entry, Registry
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchRequest:
+    ranks: int
+    module: str
+    """Python module run as each rank's program (``python -m MODULE ARGS``)."""
+    args: tuple[str, ...]
+    job_name: str
+    master_port: int
+    master_addr: str | None = None
+    """None lets each rank derive it from its launcher (Slurm: first node of the step)."""
+    python: str = sys.executable
+    export: tuple[str, ...] = ("MASTER_ADDR", "MASTER_PORT", "DLSCALE_RUN_TOKEN", "PYTHONPATH", "PYTHONUNBUFFERED")
+    """Variables a launcher that does not forward the whole environment must pass on."""
+
+
+class Launcher(abc.ABC):
+    name: str
+    executable: str
+
+    def unavailable_reason(self) -> str | None:
+        """Why this launcher cannot be used here, or None when it can."""
+        if shutil.which(self.executable) is None:
+            return f"{self.executable} not found on PATH"
+        return None
+
+    @abc.abstractmethod
+    def command(self, request: LaunchRequest) -> list[str]: ...
+
+    def rendezvous_host(self) -> str | None:
+        """Where rank 0 will listen, when the launcher does not tell its ranks itself."""
+        return socket.gethostname()
+
+    def cleanup(self, request: LaunchRequest) -> None:
+        """Release what the launcher may leave behind after its process is gone."""
+
+
+def inside_slurm_allocation(env=os.environ) -> bool:
+    return "SLURM_JOB_ID" in env
+
+
+class SrunLauncher(Launcher):
+    name = "srun"
+    executable = "srun"
+
+    def unavailable_reason(self) -> str | None:
+        return super().unavailable_reason() or (None if slurm_cluster_answers() else "no Slurm cluster answers (sinfo)")
+
+    def rendezvous_host(self) -> str | None:
+        return None  # each rank reads the step's first node from SLURM_STEP_NODELIST
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return ["srun", f"--ntasks={request.ranks}", "--kill-on-bad-exit=1", f"--job-name={request.job_name}",
+                request.python, "-m", request.module, *request.args]
+
+    def cleanup(self, request: LaunchRequest) -> None:
+        # Outside an allocation srun made a job of its own, named after the cell; make sure it is
+        # gone. Inside one, the job is the user's allocation and must never be cancelled.
+        if not inside_slurm_allocation() and shutil.which("scancel"):
+            subprocess.run(["scancel", "--quiet", f"--name={request.job_name}"], timeout=30, check=False)
+
+
+class MpirunLauncher(Launcher):
+    name = "mpirun"
+    executable = "mpirun"
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        command = ["mpirun", "-np", str(request.ranks), "--bind-to", "none"]
+        if os.geteuid() == 0:
+            command.append("--allow-run-as-root")
+        for name in request.export:
+            command += ["-x", name]
+        return command + [request.python, "-m", request.module, *request.args]
+
+
+class TorchrunLauncher(Launcher):
+    name = "torchrun"
+    executable = "torchrun"
+
+    def unavailable_reason(self) -> str | None:
+        return None  # run as ``python -m torch.distributed.run``: present wherever torch is
+
+    def rendezvous_host(self) -> str | None:
+        return "127.0.0.1"  # single-node: the agent and its ranks share this host
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return [request.python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={request.ranks}",
+                f"--master-addr={request.master_addr or '127.0.0.1'}", f"--master-port={request.master_port}",
+                "--max-restarts=0", "-m", request.module, *request.args]
+
+
+LAUNCHERS = Registry("launcher", {
+    "srun": Entry("harness.launchers:SrunLauncher"),
+    "mpirun": Entry("harness.launchers:MpirunLauncher"),
+    "torchrun": Entry("harness.launchers:TorchrunLauncher"),
+})
+
+
+def slurm_cluster_answers(timeout_s: float = 10) -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    try:
+        result = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return result.returncode == 0 and bool(result.stdout.strip())
+
+
+def default_launcher_name() -> str:
+    """srun inside an allocation or when a cluster answers, else torchrun."""
+    if inside_slurm_allocation() or slurm_cluster_answers():
+        return "srun"
+    return "torchrun"

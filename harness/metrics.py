@@ -1,0 +1,53 @@
+"""A cell's figures from all of its ranks' records: global throughput, per-rank throughput, E_G."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CellMetrics:
+    throughput: float
+    """Images per second of the whole job: all ranks' images over the slowest rank's timed window."""
+    per_rank: float
+    step_time: float
+    """Mean over timed steps of the slowest rank's step time, seconds."""
+    data_wait_share: float
+    """Share of the step the slowest rank spent waiting for its next batch."""
+    final_loss: float
+    """Mean over ranks of the last timed step's loss."""
+    slowest_rank: int
+    images: int
+    window_s: float
+    ranks: int
+
+
+def summarize(records: list[dict]) -> CellMetrics:
+    """Aggregate over every rank; the job is as fast as its slowest rank, never rank 0 x world size."""
+    if not records:
+        raise ValueError("no rank records to summarize")
+    images = sum(record["images"] for record in records)
+    slowest = max(records, key=lambda record: record["window_s"])
+    window = slowest["window_s"]
+    steps = min(len(record["step_times"]) for record in records)
+    step_max = [max(record["step_times"][i] for record in records) for i in range(steps)]
+    throughput = images / window if window > 0 else math.nan
+    return CellMetrics(
+        throughput=throughput,
+        per_rank=throughput / len(records),
+        step_time=statistics.fmean(step_max) if step_max else math.nan,
+        data_wait_share=sum(slowest["data_wait"]) / sum(slowest["step_times"]) if slowest["step_times"] else math.nan,
+        final_loss=statistics.fmean(record["losses"][-1] for record in records if record["losses"]),
+        slowest_rank=slowest["rank"],
+        images=images,
+        window_s=window,
+        ranks=len(records),
+    )
+
+
+def parallel_efficiency(throughput: float, ranks: int, reference_throughput: float, reference_ranks: int) -> float:
+    """E_G = (X_G / G) / (X_ref / G_ref): the study's eqs (3)-(4) written with throughputs."""
+    if reference_throughput <= 0 or ranks <= 0 or reference_ranks <= 0:
+        raise ValueError("efficiency needs positive throughputs and rank counts")
+    return (throughput / ranks) / (reference_throughput / reference_ranks)

@@ -1,0 +1,152 @@
+"""dlscale's pytest plugin: command-line options, the cell matrix as parametrization of any test
+that takes a ``cell`` argument, the ``dlscale`` fixture that measures a cell, progress lines,
+the summary table and the baseline update at the end of the session."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from .baselines import BaselineError
+from .suite import Suite, SuiteError, SuiteOptions, format_table
+
+SUITE_KEY = pytest.StashKey[Suite]()
+OPTIONS = (
+    # (flag, dest, help, type)
+    ("--launcher", "launcher", "srun, mpirun or torchrun (default: srun inside an allocation or when a Slurm "
+                               "cluster answers, else torchrun)", str),
+    ("--gpus", "gpus", "comma-separated rank (GPU) counts, e.g. 1,2,4 (default 1,2)", str),
+    ("--frameworks", "frameworks", "comma-separated frameworks (default ddp)", str),
+    ("--loaders", "loaders", "comma-separated loaders (default synthetic,native)", str),
+    ("--models", "models", "comma-separated models (default resnet50)", str),
+    ("--system", "system", "baseline file name (default: $DLSCALE_SYSTEM, the Slurm cluster name, or the host)", str),
+    ("--baselines-dir", "baselines_dir", "directory of <system>.json baseline files (default: baselines/)", Path),
+    ("--results-json", "results_json", "write every cell's full record to this JSON file", Path),
+    ("--data", "data", "ImageFolder dataset for file-reading loaders (default: the generated dataset)", Path),
+    ("--profile", "profile", "workload preset: auto, study (224 px, 64/GPU) or cpu-small (default auto: study "
+                             "with a GPU, cpu-small without)", str),
+    ("--device", "device", "auto, cpu or cuda (default auto)", str),
+    ("--image-size", "image_size", "image side in pixels (overrides the profile)", int),
+    ("--batch-size", "batch_size", "images per rank per step (overrides the profile)", int),
+    ("--steps", "steps", "timed steps per cell (overrides the profile)", int),
+    ("--warmup-steps", "warmup_steps", "untimed warm-up steps per cell (overrides the profile)", int),
+    ("--num-workers", "num_workers", "DataLoader workers per rank (overrides the profile)", int),
+    ("--cell-timeout", "cell_timeout", "seconds a cell may take in all (default 900)", float),
+    ("--hang-timeout", "hang_timeout", "seconds without progress from any rank before a cell counts as hung "
+                                       "(default 180)", float),
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dlscale", "dlscale scaling suite")
+    for flag, dest, help_text, kind in OPTIONS:
+        group.addoption(flag, dest=f"dlscale_{dest}", type=kind, default=None, help=help_text)
+    group.addoption("--update-baselines", dest="dlscale_update_baselines", action="store_true",
+                    help="record the completed cells' figures as the system's new baselines")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "scaling: a measured cell launched as a real multi-process job")
+    values = {dest: config.getoption(f"dlscale_{dest}") for _, dest, _, _ in OPTIONS}
+    values = {key: value for key, value in values.items() if value is not None}
+    values.setdefault("workdir", Path(config.rootpath) / "results" / "cells")
+    try:
+        config.stash[SUITE_KEY] = Suite(SuiteOptions(update_baselines=config.getoption("dlscale_update_baselines"),
+                                                     **values))
+    except SuiteError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "cell" not in metafunc.fixturenames:
+        return
+    suite = metafunc.config.stash[SUITE_KEY]
+    params = []
+    for cell in suite.cells():
+        reason = suite.skip_reason(cell)
+        marks = [pytest.mark.skip(reason=reason)] if reason else []
+        params.append(pytest.param(cell, id=cell.id, marks=marks))
+    metafunc.parametrize("cell", params)
+
+
+def _selected_cells(items: list[pytest.Item]) -> bool:
+    return any("cell" in getattr(item, "callspec", None).params for item in items if hasattr(item, "callspec"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if _selected_cells(session.items):
+        try:
+            session.config.stash[SUITE_KEY].prepare()
+        except (SuiteError, BaselineError) as error:
+            raise pytest.UsageError(str(error)) from None
+
+
+class _Progress:
+    """Prints a cell's progress lines past pytest's output capture, at most every few seconds."""
+
+    def __init__(self, config: pytest.Config, every_s: float = 5.0):
+        self.config = config
+        self.every_s = every_s
+        self.last = 0.0
+
+    def __call__(self, line: str) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every_s:
+            return
+        self.last = now
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None or capture is None:
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(f"  [dlscale] {line}")
+
+
+@pytest.fixture(scope="session")
+def dlscale(request: pytest.FixtureRequest) -> "Measure":
+    return Measure(request.config)
+
+
+class Measure:
+    """What a scaling test calls: ``dlscale.check(cell)`` measures the cell and asserts its verdict."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.suite = config.stash[SUITE_KEY]
+
+    def check(self, cell) -> None:
+        result = self.suite.measure(cell, on_progress=_Progress(self.config))
+        if not result.run.ok:
+            pytest.fail(f"{cell.id} {result.run.status} under {result.run.launcher}:\n{result.run.error}",
+                        pytrace=False)
+        failing = [v.message for v in result.verdicts if v.failed]
+        if failing and not self.suite.options.update_baselines:
+            pytest.fail(f"{cell.id} regressed: " + "; ".join(failing), pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    suite = session.config.stash.get(SUITE_KEY, None)
+    if suite is not None and suite.options.update_baselines and suite.results:
+        suite.baseline_changes = suite.update_baselines()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    suite = config.stash.get(SUITE_KEY, None)
+    if suite is None or not suite.results:
+        return
+    terminalreporter.section("dlscale summary")
+    terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, baselines {suite.baselines.path}")
+    terminalreporter.write_line(format_table(suite.summary_rows()))
+    counts = {}
+    for result in suite.results:
+        counts[result.verdict] = counts.get(result.verdict, 0) + 1
+    terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
+    if suite.baseline_changes is not None:
+        terminalreporter.write_line(f"updated {suite.baselines.path} ({len(suite.baseline_changes)} change(s)):")
+        for change in suite.baseline_changes:
+            terminalreporter.write_line(f"  {change}")
+    if suite.options.results_json:
+        terminalreporter.write_line(f"results written to {suite.options.results_json}")
+

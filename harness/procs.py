@@ -1,0 +1,43 @@
+"""Finding and ending a cell's processes by the run token each of them carries in its environment.
+
+Launchers start ranks in ways a process group does not cover (slurmstepd, DataLoader workers,
+MPI daemons), so the token is what the runner trusts to leave nothing behind on this node.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+TOKEN_VARIABLE = "DLSCALE_RUN_TOKEN"
+
+
+def processes_with_token(token: str) -> list[int]:
+    needle = f"{TOKEN_VARIABLE}={token}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_processes_with_token(token: str, *, timeout_s: float = 10.0) -> list[int]:
+    """SIGKILL every process carrying ``token``; return the pids that were still alive."""
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while (pids := processes_with_token(token)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+    return sorted(set(killed))
