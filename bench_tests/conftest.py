@@ -1,19 +1,15 @@
 """Shared settings for the suite's own tests: a workload small enough for a 2-core machine."""
 import pytest
 
-pytest_plugins = ["pytester"]
-
 from harness.cells import Workload
 from harness.dataset import ensure
 from harness.launchers import LAUNCHERS
 
 TINY = Workload(image_size=32, batch_size=8, warmup_steps=2, steps=5, num_workers=1, num_classes=10)
 
-
 @pytest.fixture(scope="session")
 def tiny_dataset(tmp_path_factory):
     return ensure(tmp_path_factory.mktemp("data") / "images", classes=10, per_class=8, size=48)
-
 
 @pytest.fixture
 def launcher(request):

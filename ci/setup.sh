@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up shared by the README commands and .ci/run:
 #   Debian packages (Open MPI, Slurm, munge), the virtual environment with pinned torch,
-#   the harness itself, the generated JPEG dataset, and a local one-node Slurm cluster
-#   when no cluster answers. A second run only checks that each step is already done.
+#   the harness itself with DeepSpeed, Horovod (built once, wheel cached) and DALI, the
+#   generated JPEG dataset in ImageFolder and TFRecord form, and a local one-node Slurm
+#   cluster when no cluster answers. A second run only checks that each step is done.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${DLSCALE_VENV:-$repo/.venv}"
@@ -29,10 +30,13 @@ stamp="$venv/.dlscale-installed"
 want="$(cat "$repo/pyproject.toml" "$repo/ci/constraints.txt" | sha256sum | cut -c1-16)"
 if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
     log "installing dlscale and pinned dependencies into $venv"
-    "$venv/bin/pip" install -q -c "$repo/ci/constraints.txt" -e "$repo[dev,mpi]"
+    "$venv/bin/pip" install -q -c "$repo/ci/constraints.txt" -e "$repo[dev,mpi,deepspeed]"
     echo "$want" > "$stamp"
 fi
+"$repo/ci/install_frameworks.sh" "$venv"
+"$repo/ci/install_dali.sh" "$venv"
 
 "$venv/bin/python" -m harness.dataset --ensure "$cache/dataset" >&2
+"$venv/bin/python" -m harness.tfrecord --from "$cache/dataset" --to "$cache/dataset-tfrecord" >&2
 
 "$repo/ci/slurm/start.sh"

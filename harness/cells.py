@@ -29,15 +29,6 @@ class Cell:
         """Cells of one series differ only in rank count; E_G compares within a series."""
         return (self.framework, self.loader, self.model)
 
-    @classmethod
-    def from_id(cls, cell_id: str) -> "Cell":
-        framework, loader, rest = cell_id.split("-", 2)
-        if loader == "dali":  # "dali-cpu" and "dali-gpu" carry a dash of their own
-            suffix, rest = rest.split("-", 1)
-            loader = f"dali-{suffix}"
-        model, _, ranks = rest.rpartition("-g")
-        return cls(framework=framework, loader=loader, model=model, ranks=int(ranks))
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Workload:
@@ -62,6 +53,8 @@ class Workload:
     data_dir: str | None = None
     """ImageFolder tree (or, for the DALI loaders, a directory of indexed TFRecord shards) read by
     the file-reading loaders."""
+    tfrecord_dir: str | None = None
+    """Indexed TFRecord shards read by the ``-tfrecord`` loader variants."""
     data_format: str = "auto"
     """How the DALI loaders read ``data_dir``: "folder" (ImageFolder tree), "tfrecord" (shards with
     DALI index files, see harness.tfrecord) or "auto" (whichever the directory holds)."""
@@ -73,7 +66,8 @@ class Workload:
     def config_hash(self, cell: Cell) -> str:
         """Hash of everything that changes what a cell measures, except the rank count."""
         fields = dataclasses.asdict(self)
-        fields.pop("data_dir")  # where the data lives is not what is measured
+        for where in ("data_dir", "tfrecord_dir"):  # where the data lives is not what is measured
+            fields.pop(where)
         fields.update(framework=cell.framework, loader=cell.loader, model=cell.model)
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -92,8 +86,8 @@ PROFILES: Mapping[str, Workload] = {
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Matrix:
-    frameworks: tuple[str, ...] = ("ddp",)
-    loaders: tuple[str, ...] = ("synthetic", "native")
+    frameworks: tuple[str, ...] = ("ddp", "horovod", "deepspeed", "deepspeed_zero1", "deepspeed_zero2")
+    loaders: tuple[str, ...] = ("synthetic", "native", "dali-cpu", "dali-cpu-tfrecord")
     models: tuple[str, ...] = ("resnet50",)
     ranks: tuple[int, ...] = (1, 2)
 

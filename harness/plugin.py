@@ -17,13 +17,17 @@ OPTIONS = (
     ("--launcher", "launcher", "srun, mpirun or torchrun (default: srun inside an allocation or when a Slurm "
                                "cluster answers, else torchrun)", str),
     ("--gpus", "gpus", "comma-separated rank (GPU) counts, e.g. 1,2,4 (default 1,2)", str),
-    ("--frameworks", "frameworks", "comma-separated frameworks (default ddp)", str),
-    ("--loaders", "loaders", "comma-separated loaders (default synthetic,native)", str),
+    ("--frameworks", "frameworks", "comma-separated frameworks (default: ddp, horovod and deepspeed with ZeRO "
+                                   "stages 0, 1, 2)", str),
+    ("--loaders", "loaders", "comma-separated loaders (default synthetic, native, dali-cpu, dali-cpu-tfrecord)",
+     str),
     ("--models", "models", "comma-separated models (default resnet50)", str),
     ("--system", "system", "baseline file name (default: $DLSCALE_SYSTEM, the Slurm cluster name, or the host)", str),
     ("--baselines-dir", "baselines_dir", "directory of <system>.json baseline files (default: baselines/)", Path),
     ("--results-json", "results_json", "write every cell's full record to this JSON file", Path),
     ("--data", "data", "ImageFolder dataset for file-reading loaders (default: the generated dataset)", Path),
+    ("--data-tfrecord", "data_tfrecord", "indexed TFRecord shards for the -tfrecord loaders (default: the "
+                                         "generated dataset's, converted once)", Path),
     ("--profile", "profile", "workload preset: auto, study (224 px, 64/GPU) or cpu-small (default auto: study "
                              "with a GPU, cpu-small without)", str),
     ("--device", "device", "auto, cpu or cuda (default auto)", str),

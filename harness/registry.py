@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 from typing import Any, Mapping
 
 
@@ -12,6 +13,11 @@ class Entry:
     """``"package.module:attribute"``; the module is imported on first use."""
     preset: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments this name fixes (variants are entries, not subclasses)."""
+    requires: str | None = None
+    """Top-level module that must be importable; checked without importing it."""
+    install: str | None = None
+    """How to get ``requires``, quoted in the skip reason."""
+    needs_gpu: bool = False
 
 
 class Registry:
@@ -30,6 +36,13 @@ class Registry:
 
     def check(self, name: str) -> None:
         self.entry(name)
+
+    def missing(self, name: str) -> str | None:
+        """Why ``name`` cannot run here (its package is not installed), or None."""
+        entry = self.entry(name)
+        if entry.requires and importlib.util.find_spec(entry.requires) is None:
+            return f"{self.kind} {name} needs {entry.requires}, not installed here; install: {entry.install}"
+        return None
 
     def resolve(self, name: str) -> Any:
         module, _, attribute = self.entry(name).target.partition(":")

@@ -13,11 +13,13 @@ from .cells import DEFAULT_MATRIX, PROFILES, Cell, Matrix, Workload, parse_list,
 from .dataset import DatasetError, ensure, validate_image_folder
 from .jsonio import write_json_atomic
 from .launchers import LAUNCHERS, Launcher, default_launcher_name
-from .loaders import FILE_LOADERS
+from .frameworks import FRAMEWORKS
+from .loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
 from .metrics import CellMetrics, parallel_efficiency, summarize
 from .provenance import provenance
 from .runner import CellRun, RunLimits, run_cell
 from .system import detect_system, rank_capacity
+from .tfrecord import TFRecordError, convert, open_tfrecord_set
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATASET = Path(os.environ.get("DLSCALE_CACHE", Path.home() / ".cache" / "dlscale")) / "dataset"
@@ -40,6 +42,7 @@ class SuiteOptions:
     workdir: Path = REPO / "results" / "cells"
     update_baselines: bool = False
     data: Path | None = None
+    data_tfrecord: Path | None = None
     profile: str = "auto"
     device: str = "auto"
     image_size: int | None = None
@@ -125,6 +128,11 @@ class Suite:
         return _uses_gpus(self.options.device)
 
     def skip_reason(self, cell: Cell) -> str | None:
+        missing = FRAMEWORKS.missing(cell.framework) or LOADERS.missing(cell.loader)
+        if missing:
+            return missing
+        if LOADERS.entry(cell.loader).needs_gpu and not self.uses_gpus:
+            return f"loader {cell.loader} decodes on the GPU and this machine has none"
         if self._capacity is None:
             self._capacity = rank_capacity(self.uses_gpus)
         capacity, where = self._capacity
@@ -141,23 +149,15 @@ class Suite:
         o = self.options
         return PROFILES[profile].replace(image_size=o.image_size, batch_size=o.batch_size, steps=o.steps,
                                          warmup_steps=o.warmup_steps, num_workers=o.num_workers,
-                                         data_dir=str(self.data_dir) if self.data_dir else None)
+                                         data_dir=str(self.data_dir) if self.data_dir else None,
+                                         tfrecord_dir=str(self.tfrecord_dir) if self.tfrecord_dir else None)
 
     def prepare(self) -> None:
         """Check everything a cell needs, once, before the first cell starts."""
         if self._prepared:
             return
         options = self.options
-        self.data_dir = None
-        if any(cell.loader in FILE_LOADERS for cell in self.cells()):
-            try:
-                if options.data is not None:
-                    validate_image_folder(options.data)
-                    self.data_dir = Path(options.data).resolve()
-                else:
-                    self.data_dir = ensure(DEFAULT_DATASET, classes=100, per_class=24, size=96)
-            except DatasetError as error:
-                raise SuiteError(str(error)) from None
+        self.data_dir, self.tfrecord_dir = self._prepare_data()
         self.launcher: Launcher = LAUNCHERS.create(self.launcher_name)
         reason = self.launcher.unavailable_reason()
         if reason:
@@ -173,6 +173,32 @@ class Suite:
                                                                     ("heartbeat_s", options.hang_timeout))
                                    if value is not None})
         self._prepared = True
+
+    def _prepare_data(self) -> tuple[Path | None, Path | None]:
+        """The ImageFolder tree and the TFRecord shards the matrix reads, checked or generated."""
+        loaders = {cell.loader for cell in self.cells()}
+        needs_folder = bool(loaders & FILE_LOADERS)
+        needs_tfrecord = bool(loaders & TFRECORD_LOADERS)
+        options = self.options
+        folder = tfrecord = None
+        try:
+            if options.data is not None and (needs_folder or needs_tfrecord):
+                validate_image_folder(options.data)
+                folder = Path(options.data).resolve()
+            elif needs_folder or (needs_tfrecord and options.data_tfrecord is None):
+                folder = ensure(DEFAULT_DATASET, classes=100, per_class=24, size=96)
+            if needs_tfrecord and options.data_tfrecord is not None:
+                tfrecord = Path(options.data_tfrecord).resolve()
+                open_tfrecord_set(tfrecord)
+            elif needs_tfrecord and options.data is not None:
+                raise SuiteError("the -tfrecord loaders read TFRecord shards: pass --data-tfrecord DIR (make one "
+                                 f"from your ImageFolder with: python -m harness.tfrecord --from {options.data} "
+                                 "--to DIR)")
+            elif needs_tfrecord:
+                tfrecord = convert(folder, DEFAULT_DATASET.with_name(DEFAULT_DATASET.name + "-tfrecord"))
+        except (DatasetError, TFRecordError) as error:
+            raise SuiteError(str(error)) from None
+        return folder, tfrecord
 
     # -- measuring -------------------------------------------------------------------------------
     def measure(self, cell: Cell, on_progress: Callable[[str], None] | None = None) -> CellResult:
@@ -268,7 +294,7 @@ class Suite:
 
 
 def _config_differences(old: dict, new: dict) -> str:
-    keys = sorted((set(old) | set(new)) - {"data_dir"})
+    keys = sorted((set(old) | set(new)) - {"data_dir", "tfrecord_dir"})
     diffs = [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in keys if old.get(key) != new.get(key)]
     return ", ".join(diffs) or "framework, loader or model settings"
 

@@ -3,10 +3,19 @@ from __future__ import annotations
 
 from ..registry import Entry, Registry
 
+_DALI = "harness.loaders.dali:DaliLoader"
+_NEEDS_DALI = {"requires": "nvidia.dali", "install": "pip install 'dlscale[dali]' or bash ci/install_dali.sh .venv"}
+
 LOADERS = Registry("loader", {
     "synthetic": Entry("harness.loaders.synthetic:SyntheticLoader"),
     "native": Entry("harness.loaders.native:NativeLoader"),
+    "dali-cpu": Entry(_DALI, {"decode_device": "cpu"}, **_NEEDS_DALI),
+    "dali-cpu-tfrecord": Entry(_DALI, {"decode_device": "cpu", "reader": "tfrecord"}, **_NEEDS_DALI),
+    "dali-gpu": Entry(_DALI, {"decode_device": "mixed"}, needs_gpu=True, **_NEEDS_DALI),
+    "dali-gpu-tfrecord": Entry(_DALI, {"decode_device": "mixed", "reader": "tfrecord"}, needs_gpu=True, **_NEEDS_DALI),
 })
 
 # Loaders that read the ImageFolder tree given by --data (or the generated dataset).
-FILE_LOADERS = frozenset({"native"})
+FILE_LOADERS = frozenset({"native", "dali-cpu", "dali-gpu"})
+# Loaders that read the TFRecord shards given by --data-tfrecord (or the generated dataset's).
+TFRECORD_LOADERS = frozenset({"dali-cpu-tfrecord", "dali-gpu-tfrecord"})

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Start a one-node Slurm cluster (munged, slurmctld, slurmd) on this machine, unless a cluster
+# already answers. Idempotent; ci/slurm/stop.sh stops only the daemons started here.
+# Needs root and the Debian packages slurm-wlm and munge.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+state="${DLSCALE_SLURM_STATE:-/var/lib/dlscale-slurm}"
+conf="${SLURM_CONF:-/etc/slurm/slurm.conf}"
+export SLURM_CONF="$conf"
+marker='# written by dlscale ci/slurm/start.sh'
+host="$(hostname)"
+
+log() { printf '[slurm] %s\n' "$*" >&2; }
+fail() {
+    log "ERROR: $*"
+    local f
+    for f in "$state/munged.log" "$state/slurmctld.log" "$state/slurmd.log"; do
+        [[ -s "$f" ]] && { log "--- last lines of $f"; tail -n 20 "$f" >&2; }
+    done
+    exit 1
+}
+ours() { [[ -f "$conf" ]] && [[ "$(head -n 1 "$conf")" == "$marker"* ]]; }
+node_states() { timeout 10 sinfo -h -o %T 2>/dev/null; }
+usable() { grep -qE '^(idle|mixed|allocated)'; }
+# A live process named $1; exited daemons can linger as zombies for a moment here.
+alive() { ps -C "$1" -o stat= | grep -q '^[^Z]'; }
+# Record a daemon we started so that stop.sh stops it and nothing else.
+started() { grep -qx "$1" "$state/started" 2>/dev/null || echo "$1" >> "$state/started"; }
+
+# A cluster that already answers is reused. With our own configuration, our daemons must be
+# running too: slurmctld goes on reporting a dead slurmd's node idle for minutes.
+if [[ -f "$conf" ]] && { ! ours || { alive slurmctld && alive slurmd; }; } && node_states | usable; then
+    echo "[slurm] reusing the Slurm cluster that answers with $conf (partition, nodes, state: $(sinfo -h -o '%P %D %T' | head -n 1))"
+    exit 0
+fi
+if [[ -f "$conf" ]] && ! ours; then
+    fail "$conf was not written by dlscale and no usable cluster answers with it; start that cluster, or remove the file (or point SLURM_CONF elsewhere) to let this script set up a local one"
+fi
+[[ $EUID -eq 0 ]] || fail "setting up the local cluster needs root"
+for cmd in munged munge slurmctld slurmd sinfo srun scontrol; do
+    command -v "$cmd" >/dev/null || fail "$cmd not found; install the Debian packages slurm-wlm and munge"
+done
+mkdir -p "$state/ctld" "$state/d"
+
+# munge
+if [[ ! -s /etc/munge/munge.key ]]; then
+    log "creating /etc/munge/munge.key"
+    install -d -o munge -g munge -m 0700 /etc/munge
+    dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 status=none
+    chown munge:munge /etc/munge/munge.key
+    chmod 0400 /etc/munge/munge.key
+fi
+install -d -o munge -g munge -m 0755 /run/munge
+if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
+    log "starting munged"
+    # --force: munged refuses to run as root otherwise (there is no init system here to run it as munge).
+    munged --force --pid-file="$state/munged.pid" --log-file="$state/munged.log" \
+        || fail "munged did not start"
+    started munged
+    for _ in $(seq 50); do
+        munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    munge -n </dev/null | unmunge >/dev/null || fail "munge does not answer"
+fi
+
+# slurm.conf: (re)written only when absent or ours, and only if its content changes.
+mem_mb="$(free -m | awk '/^Mem:/ { print int($2 * 0.95) }')"
+new="$(sed -e "s|@HOST@|$host|g" -e "s|@CPUS@|$(nproc)|g" -e "s|@MEMORY@|$mem_mb|g" \
+    -e "s|@STATE@|$state|g" "$here/slurm.conf.in")"
+if [[ "$(cat "$conf" 2>/dev/null)" != "$new" ]]; then
+    log "writing $conf"
+    mkdir -p "$(dirname "$conf")"
+    printf '%s\n' "$new" > "$conf"
+fi
+
+if ! alive slurmctld; then
+    log "starting slurmctld"
+    slurmctld -f "$conf" || fail "slurmctld did not start"
+    started slurmctld
+fi
+if ! alive slurmd; then
+    log "starting slurmd"
+    slurmd -f "$conf" || fail "slurmd did not start"
+    started slurmd
+fi
+
+# The node shows unk*/down until slurmd registers.
+for ((i = 0; ; i++)); do
+    st="$(node_states | head -n 1)" || true
+    usable <<<"$st" && break
+    ((i < 60)) || fail "node $host is not idle after 60 s (state: ${st:-no answer})"
+    if [[ "$st" =~ ^(down|drain) && "$st" != *'*' ]]; then
+        scontrol update nodename="$host" state=resume 2>/dev/null || true
+    fi
+    sleep 1
+done
+timeout 60 srun -n 1 true || fail "smoke test 'srun -n 1 true' failed"
+log "local Slurm cluster ready: node $host $st, config $conf, state and logs in $state"
