@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .jsonio import write_json_atomic
+from .stats import Estimate, verdict
 
 SCHEMA_VERSION = 1
 METRICS = {"throughput": "img/s", "efficiency": ""}
@@ -39,7 +40,7 @@ class Reference:
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Verdict:
     kind: str
-    """"pass", "fail", "faster", "no-baseline" or "stale"."""
+    """"pass", "fail", "inconclusive", "faster", "no-baseline" or "stale"."""
     message: str
 
     @property
@@ -115,7 +116,9 @@ class BaselineFile:
         """The file's content with ``results`` written in, and a line per change.
 
         Each result: ``{"cell": id, "metrics": {name: value}, "config_hash": str, "config": dict,
-        "provenance": dict}``. Bands already in the file (hand-edited ones too) are kept.
+        "provenance": dict}`` and optionally ``"bands": {name: {"lower", "upper", "repeats"}}``
+        derived from repeated runs. Without a derived band, the band already in the file (a
+        hand-edited one too) is kept.
         """
         data = copy.deepcopy(self.data)
         data["system"] = self.system
@@ -127,7 +130,8 @@ class BaselineFile:
             for metric, value in result["metrics"].items():
                 if value is None or not _number(value):
                     continue
-                band = {key: old.get(metric, {}).get(key, DEFAULT_TOLERANCE[key]) for key in ("lower", "upper")}
+                band = result.get("bands", {}).get(metric) or {
+                    key: old.get(metric, {}).get(key, DEFAULT_TOLERANCE[key]) for key in ("lower", "upper")}
                 new[metric] = {"value": round(value, 4), **band, "unit": METRICS[metric]}
                 before = old.get(metric, {}).get("value")
                 if before is None:
@@ -145,17 +149,13 @@ class BaselineFile:
         self.data = data
 
 
-def judge(value: float, reference: Reference | None, *, metric: str) -> Verdict:
-    """Compare one measured value with its reference band (higher is better)."""
+def judge(measured: Estimate, reference: Reference | None, *, metric: str) -> Verdict:
+    """Judge a measured interval against its reference band (higher is better): pass, fail,
+    inconclusive (the interval straddles the band's lower edge) or faster."""
     if reference is None:
         return Verdict(kind="no-baseline", message=f"no {metric} baseline")
-    floor = reference.value * (1 + reference.lower)
+    result = verdict(measured, reference.value, reference.lower, reference.upper)
     note = " (default band: the baseline gives none)" if reference.defaulted else ""
-    relative = value / reference.value - 1
-    if value < floor:
-        return Verdict(kind="fail", message=f"{metric} {value:.4g} is {relative:+.1%} against baseline "
-                                            f"{reference.value:.4g}, below the tolerated {reference.lower:+.0%}{note}")
-    if reference.upper is not None and value > reference.value * (1 + reference.upper):
-        return Verdict(kind="faster", message=f"{metric} {value:.4g} is {relative:+.1%} against baseline "
-                                              f"{reference.value:.4g}: faster than baseline, update?{note}")
-    return Verdict(kind="pass", message=f"{metric} {relative:+.1%} against baseline{note}")
+    relative = measured.value / reference.value - 1
+    return Verdict(kind=result.kind, message=f"{metric} {relative:+.1%} against baseline {reference.value:.4g} "
+                                             f"(band {reference.lower:+.0%}): {result.message}{note}")

@@ -9,7 +9,8 @@ import statistics
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class CellMetrics:
     throughput: float
-    """Images per second of the whole job: all ranks' images over the slowest rank's timed window."""
+    """Images per second of the whole job: all ranks' images over the sum of each step's slowest
+    rank time (the job is as fast as its slowest rank)."""
     per_rank: float
     step_time: float
     """Mean over timed steps of the slowest rank's step time, seconds."""
@@ -28,11 +29,11 @@ def summarize(records: list[dict]) -> CellMetrics:
     if not records:
         raise ValueError("no rank records to summarize")
     images = sum(record["images"] for record in records)
-    slowest = max(records, key=lambda record: record["window_s"])
-    window = slowest["window_s"]
+    slowest = max(records, key=lambda record: sum(record["step_times"]))
+    window = max(record["window_s"] for record in records)
     steps = min(len(record["step_times"]) for record in records)
     step_max = [max(record["step_times"][i] for record in records) for i in range(steps)]
-    throughput = images / window if window > 0 else math.nan
+    throughput = images / sum(step_max) if step_max else math.nan
     return CellMetrics(
         throughput=throughput,
         per_rank=throughput / len(records),
@@ -44,6 +45,36 @@ def summarize(records: list[dict]) -> CellMetrics:
         window_s=window,
         ranks=len(records),
     )
+
+
+STEP_SERIES = ("step_times", "data_wait", "losses")
+
+
+def drop_leading_steps(records: list[dict], count: int) -> list[dict]:
+    """The records without their first ``count`` timed steps (detected warm-up)."""
+    trimmed = []
+    for record in records:
+        kept = len(record["step_times"]) - count
+        per_step = record["images"] // max(1, len(record["step_times"]))
+        trimmed.append({**record, **{key: record[key][count:] for key in STEP_SERIES if key in record},
+                        "images": per_step * kept})
+    return trimmed
+
+
+def pool_runs(runs: list[list[dict]]) -> list[dict]:
+    """One record per rank with the per-step samples of several runs of the same cell, in order."""
+    pooled = {}
+    for records in runs:
+        for record in records:
+            previous = pooled.get(record["rank"])
+            if previous is None:
+                pooled[record["rank"]] = dict(record)
+                continue
+            for key in STEP_SERIES:
+                previous[key] = previous[key] + record[key]
+            previous["images"] += record["images"]
+            previous["window_s"] += record["window_s"]
+    return [pooled[rank] for rank in sorted(pooled)]
 
 
 def parallel_efficiency(throughput: float, ranks: int, reference_throughput: float, reference_ranks: int) -> float:

@@ -3,6 +3,7 @@ that takes a ``cell`` argument, the ``dlscale`` fixture that measures a cell, pr
 the summary table and the baseline update at the end of the session."""
 from __future__ import annotations
 
+import collections
 import time
 from pathlib import Path
 
@@ -37,6 +38,12 @@ OPTIONS = (
     ("--warmup-steps", "warmup_steps", "untimed warm-up steps per cell (overrides the profile)", int),
     ("--num-workers", "num_workers", "DataLoader workers per rank (overrides the profile)", int),
     ("--cell-timeout", "cell_timeout", "seconds a cell may take in all (default 900)", float),
+    ("--precision", "precision", "target relative half-width of each cell's 95% throughput interval; a cell "
+                                 "is launched again until it gets there (default 0.02)", float),
+    ("--measure-budget", "measure_budget", "seconds a cell may spend in further launches for precision or a "
+                                           "clear verdict (default 120)", float),
+    ("--repeat", "repeat", "independent measurements per cell; with --update-baselines the band is derived "
+                           "from their spread (default 1)", int),
     ("--hang-timeout", "hang_timeout", "seconds without progress from any rank before a cell counts as hung "
                                        "(default 180)", float),
 )
@@ -120,10 +127,11 @@ class Measure:
         self.suite = config.stash[SUITE_KEY]
 
     def check(self, cell) -> None:
-        result = self.suite.measure(cell, on_progress=_Progress(self.config))
-        if not result.run.ok:
-            pytest.fail(f"{cell.id} {result.run.status} under {result.run.launcher}:\n{result.run.error}",
-                        pytrace=False)
+        for _ in range(self.suite.options.repeat):
+            result = self.suite.measure(cell, on_progress=_Progress(self.config))
+            if not result.ok:
+                pytest.fail(f"{cell.id} {result.run.status} under {result.run.launcher}:\n{result.run.error}",
+                            pytrace=False)
         failing = [v.message for v in result.verdicts if v.failed]
         if failing and not self.suite.options.update_baselines:
             pytest.fail(f"{cell.id} regressed: " + "; ".join(failing), pytrace=False)
@@ -143,10 +151,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     terminalreporter.section("dlscale summary")
     terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, baselines {suite.baselines.path}")
     terminalreporter.write_line(format_table(suite.summary_rows()))
-    counts = {}
-    for result in suite.results:
-        counts[result.verdict] = counts.get(result.verdict, 0) + 1
+    counts = collections.Counter(result.verdict for result in suite.results)
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
+    for result in suite.results:
+        for verdict in result.verdicts:
+            if verdict.kind in ("fail", "inconclusive", "stale", "faster"):
+                terminalreporter.write_line(f"{result.cell.id}: {verdict.kind}: {verdict.message}")
     if suite.baseline_changes is not None:
         terminalreporter.write_line(f"updated {suite.baselines.path} ({len(suite.baseline_changes)} change(s)):")
         for change in suite.baseline_changes:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
+import statistics
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -15,7 +18,9 @@ from .jsonio import write_json_atomic
 from .launchers import LAUNCHERS, Launcher, default_launcher_name
 from .frameworks import FRAMEWORKS
 from .loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
-from .metrics import CellMetrics, parallel_efficiency, summarize
+from .metrics import CellMetrics, drop_leading_steps, pool_runs, summarize
+from .stats import (Estimate, detect_warmup, efficiency_interval, needs_more_samples, throughput_interval,
+                    tolerance_from_repeats)
 from .provenance import provenance
 from .runner import CellRun, RunLimits, run_cell
 from .system import detect_system, rank_capacity
@@ -52,25 +57,47 @@ class SuiteOptions:
     num_workers: int | None = None
     cell_timeout: float | None = None
     hang_timeout: float | None = None
+    precision: float = 0.02
+    """Target relative half-width of a cell's throughput interval."""
+    measure_budget: float = 120.0
+    """Seconds a cell may spend in further launches to reach ``precision`` or a clear verdict."""
+    repeat: int = 1
+    """Independent measurements per cell; with --update-baselines their spread sets the band."""
+    band_floor: float = 0.05
+    """Narrowest band --repeat may derive."""
 
 
 @dataclasses.dataclass(kw_only=True)
 class CellResult:
     cell: Cell
-    run: CellRun
-    metrics: CellMetrics | None
-    efficiency: float | None
-    efficiency_source: str | None
-    """"measured" (reference cell in this run), "baseline", or "by definition" (the reference cell)."""
-    verdicts: list[Verdict]
+    runs: list[CellRun]
+    """Every launch of the cell: more than one when it was measured again for precision."""
     config_hash: str
+    records: list[dict] = dataclasses.field(default_factory=list)
+    """One pooled record per rank: every run's timed steps after the detected warm-up."""
+    warmup_dropped: list[int] = dataclasses.field(default_factory=list)
+    """Leading timed steps of each run detected as warm-up (MSER-5) and left out."""
+    metrics: CellMetrics | None = None
+    throughput: Estimate | None = None
+    efficiency: Estimate | None = None
+    efficiency_source: str | None = None
+    """"measured" (reference cell in this run), "baseline", or "by definition" (the reference cell)."""
+    verdicts: list[Verdict] = dataclasses.field(default_factory=list)
+
+    @property
+    def run(self) -> CellRun:
+        return self.runs[-1]
+
+    @property
+    def ok(self) -> bool:
+        return all(run.ok for run in self.runs)
 
     @property
     def verdict(self) -> str:
-        if not self.run.ok:
+        if not self.ok:
             return "error"
         kinds = [v.kind for v in self.verdicts]
-        for kind in ("fail", "stale", "no-baseline", "faster"):
+        for kind in ("fail", "stale", "inconclusive", "no-baseline", "faster"):
             if kind in kinds:
                 return kind
         return "pass"
@@ -78,12 +105,23 @@ class CellResult:
     def to_json(self) -> dict:
         return {
             "cell": self.cell.id, "launcher": self.run.launcher, "status": self.run.status, "error": self.run.error,
-            "wall_s": round(self.run.wall_s, 3), "command": self.run.command,
+            "runs": len(self.runs), "wall_s": round(sum(run.wall_s for run in self.runs), 3),
+            "command": self.run.command, "warmup_dropped": self.warmup_dropped,
             "metrics": dataclasses.asdict(self.metrics) if self.metrics else None,
-            "efficiency": self.efficiency, "efficiency_source": self.efficiency_source,
+            "throughput": _estimate_json(self.throughput), "efficiency": _estimate_json(self.efficiency),
+            "efficiency_source": self.efficiency_source,
             "verdict": self.verdict, "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
-            "config_hash": self.config_hash, "orphans_killed": self.run.orphans_killed, "records": self.run.records,
+            "config_hash": self.config_hash, "orphans_killed": [pid for run in self.runs for pid in run.orphans_killed],
+            "records": self.records or self.run.records,
         }
+
+
+def _estimate_json(estimate: Estimate | None) -> dict | None:
+    if estimate is None:
+        return None
+    finite = lambda x: x if math.isfinite(x) else None  # noqa: E731 - JSON has no infinity
+    return {"value": estimate.value, "low": finite(estimate.low), "high": finite(estimate.high),
+            "confidence": estimate.confidence, "n_steps": estimate.n_steps}
 
 
 def _uses_gpus(device: str) -> bool:
@@ -202,36 +240,67 @@ class Suite:
 
     # -- measuring -------------------------------------------------------------------------------
     def measure(self, cell: Cell, on_progress: Callable[[str], None] | None = None) -> CellResult:
+        """Launch the cell until its throughput interval is narrow enough and its verdict is not
+        inconclusive, or until its measuring budget is spent; judge the pooled samples."""
         self.prepare()
-        workload = self._workload
-        run = run_cell(cell, workload, self.launcher, workdir=self.options.workdir, limits=self.limits,
-                       spec_extra={"device": self.options.device}, on_progress=on_progress)
-        metrics = summarize(run.records) if run.ok else None
-        result = CellResult(cell=cell, run=run, metrics=metrics, efficiency=None, efficiency_source=None,
-                            verdicts=[], config_hash=workload.config_hash(cell))
-        if metrics:
-            result.efficiency, result.efficiency_source = self._efficiency(cell, metrics)
-            result.verdicts = self._judge(result)
+        result = CellResult(cell=cell, runs=[], config_hash=self._workload.config_hash(cell))
+        started = time.monotonic()
+        while True:
+            run = run_cell(cell, self._workload, self.launcher, workdir=self.options.workdir, limits=self.limits,
+                           spec_extra={"device": self.options.device}, on_progress=on_progress)
+            result.runs.append(run)
+            if not run.ok:
+                break
+            self._evaluate(result)
+            precise = not needs_more_samples(result.throughput, self.options.precision)
+            if precise and result.verdict != "inconclusive":
+                break
+            if time.monotonic() - started + run.wall_s > self.options.measure_budget:
+                break
+            if on_progress:
+                on_progress(f"{cell.id}: measuring again (interval +-{result.throughput.half_width_rel:.1%}, "
+                            f"verdict {result.verdict})")
         self.results.append(result)
         if self.options.results_json:
             self.write_results(self.options.results_json)
         return result
 
-    def _reference_cell(self, cell: Cell) -> Cell:
-        smallest = min(self.matrix.ranks)
-        return dataclasses.replace(cell, ranks=smallest)
+    def _evaluate(self, result: CellResult) -> None:
+        per_run = []
+        result.warmup_dropped = []
+        for run in result.runs:
+            slowest = [max(steps) for steps in zip(*(r["step_times"] for r in run.records))]
+            dropped = detect_warmup(slowest)
+            per_run.append(drop_leading_steps(run.records, dropped))
+            result.warmup_dropped.append(dropped)
+        result.records = pool_runs(per_run)
+        result.metrics = summarize(result.records)
+        result.throughput = throughput_interval(*self._samples(result))
+        result.efficiency, result.efficiency_source = self._efficiency(result)
+        result.verdicts = self._judge(result)
 
-    def _efficiency(self, cell: Cell, metrics: CellMetrics) -> tuple[float | None, str | None]:
-        reference = self._reference_cell(cell)
-        if reference == cell:
-            return 1.0, "by definition"
-        for earlier in self.results:
+    @staticmethod
+    def _samples(result: CellResult) -> tuple[list[list[float]], list[int]]:
+        steps = [record["step_times"] for record in result.records]
+        batches = [record["images"] // max(1, len(record["step_times"])) for record in result.records]
+        return steps, batches
+
+    def _reference_cell(self, cell: Cell) -> Cell:
+        return dataclasses.replace(cell, ranks=min(self.matrix.ranks))
+
+    def _efficiency(self, result: CellResult) -> tuple[Estimate | None, str | None]:
+        reference = self._reference_cell(result.cell)
+        if reference == result.cell:
+            return Estimate(value=1.0, low=1.0, high=1.0), "by definition"
+        steps, batches = self._samples(result)
+        for earlier in reversed(self.results):
             if earlier.cell == reference and earlier.metrics:
-                return parallel_efficiency(metrics.throughput, cell.ranks, earlier.metrics.throughput,
-                                           reference.ranks), "measured"
+                ref_steps, ref_batches = self._samples(earlier)
+                return efficiency_interval(steps, batches, ref_steps, ref_batches), "measured"
         baseline = self.baselines.reference(reference.id, "throughput")
         if baseline:
-            return parallel_efficiency(metrics.throughput, cell.ranks, baseline.value, reference.ranks), "baseline"
+            exact = Estimate(value=baseline.value, low=baseline.value, high=baseline.value)
+            return efficiency_interval(steps, batches, exact, reference_ranks=reference.ranks), "baseline"
         return None, None
 
     def _judge(self, result: CellResult) -> list[Verdict]:
@@ -242,7 +311,7 @@ class Suite:
             differs = _config_differences(entry.get("config", {}), dataclasses.asdict(self._workload))
             return [Verdict(kind="stale", message=f"baseline measured with another configuration ({differs}); "
                                                   "re-record it with --update-baselines")]
-        verdicts = [judge(result.metrics.throughput, self.baselines.reference(result.cell.id, "throughput"),
+        verdicts = [judge(result.throughput, self.baselines.reference(result.cell.id, "throughput"),
                           metric="throughput")]
         efficiency_reference = self.baselines.reference(result.cell.id, "efficiency")
         if result.efficiency is not None and efficiency_reference and result.efficiency_source != "by definition":
@@ -260,37 +329,63 @@ class Suite:
         })
 
     def update_baselines(self) -> list[str]:
-        completed = [r for r in self.results if r.metrics]
-        if not completed:
-            return []
+        """Write the completed cells into the baseline file. A cell measured several times
+        (``--repeat``) is stored as the mean of its repeats with a band derived from their spread."""
+        by_cell: dict[Cell, list[CellResult]] = {}
+        for result in self.results:
+            by_cell.setdefault(result.cell, []).append(result)
         shared = provenance(REPO)
-        entries = [{
-            "cell": r.cell.id,
-            "metrics": {"throughput": r.metrics.throughput,
-                        "efficiency": r.efficiency if r.efficiency_source == "measured" else None},
-            "config_hash": r.config_hash,
-            "config": dataclasses.asdict(self._workload),
-            "provenance": {**shared, "launcher": r.run.launcher, "ranks": r.cell.ranks},
-        } for r in completed]
+        entries = []
+        for cell, results in by_cell.items():
+            if not all(r.ok for r in results):
+                continue  # a cell that failed in any repeat keeps its old baseline
+            last = results[-1]
+            entry = {"cell": cell.id, "metrics": {}, "bands": {}, "config_hash": last.config_hash,
+                     "config": dataclasses.asdict(self._workload),
+                     "provenance": {**shared, "launcher": last.run.launcher, "ranks": cell.ranks}}
+            for metric in ("throughput", "efficiency"):
+                values = [getattr(r, metric).value for r in results
+                          if getattr(r, metric) is not None and (metric == "throughput" or r.efficiency_source == "measured")]
+                if not values:
+                    continue
+                entry["metrics"][metric] = statistics.fmean(values)
+                if len(values) > 1:
+                    lower, upper = tolerance_from_repeats(values, floor_rel=self.options.band_floor)
+                    entry["bands"][metric] = {"lower": round(lower, 4), "upper": round(upper, 4),
+                                              "repeats": [round(v, 4) for v in values]}
+            entries.append(entry)
+        if not entries:
+            return []
         data, changes = self.baselines.updated(entries)
         self.baselines.write(data)
         return changes
 
     def summary_rows(self) -> list[list[str]]:
-        rows = [["cell", "launcher", "img/s", "img/s/rank", "E_G", "baseline img/s", "delta", "verdict"]]
+        rows = [["cell", "launcher", "img/s (95% CI)", "img/s/rank", "E_G (95% CI)", "baseline img/s", "delta",
+                 "runs", "verdict"]]
         for r in self.results:
             reference = self.baselines.reference(r.cell.id, "throughput") if self._prepared else None
-            if r.metrics:
-                delta = f"{r.metrics.throughput / reference.value - 1:+.1%}" if reference else "-"
-                efficiency = f"{r.efficiency:.3f}" if r.efficiency is not None else "-"
-                if r.efficiency_source == "baseline":
-                    efficiency += " (ref: baseline)"
-                rows.append([r.cell.id, r.run.launcher, f"{r.metrics.throughput:.1f}", f"{r.metrics.per_rank:.1f}",
-                             efficiency, f"{reference.value:.1f}" if reference else "-", delta, r.verdict])
-            else:
-                rows.append([r.cell.id, r.run.launcher, "-", "-", "-", f"{reference.value:.1f}" if reference else "-",
-                             "-", f"error ({r.run.status})"])
+            baseline = f"{reference.value:.1f}" if reference else "-"
+            if r.metrics is None:
+                rows.append([r.cell.id, r.run.launcher, "-", "-", "-", baseline, "-", str(len(r.runs)),
+                             f"error ({r.run.status})"])
+                continue
+            delta = f"{r.throughput.value / reference.value - 1:+.1%}" if reference else "-"
+            efficiency = _format_interval(r.efficiency, 3) if r.efficiency else "-"
+            if r.efficiency_source == "baseline":
+                efficiency += " (ref: baseline)"
+            rows.append([r.cell.id, r.run.launcher, _format_interval(r.throughput, 1),
+                         f"{r.throughput.value / r.cell.ranks:.1f}", efficiency, baseline, delta, str(len(r.runs)),
+                         r.verdict])
         return rows
+
+
+def _format_interval(estimate: Estimate, digits: int) -> str:
+    if estimate.low == estimate.high:
+        return f"{estimate.value:.{digits}f}"
+    if estimate.too_few_samples:
+        return f"{estimate.value:.{digits}f} [no CI]"
+    return f"{estimate.value:.{digits}f} [{estimate.low:.{digits}f}, {estimate.high:.{digits}f}]"
 
 
 def _config_differences(old: dict, new: dict) -> str:

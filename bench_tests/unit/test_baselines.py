@@ -3,6 +3,7 @@ import json
 import pytest
 
 from harness.baselines import BaselineError, BaselineFile, Reference, judge
+from harness.stats import Estimate
 
 
 def write(path, data):
@@ -45,20 +46,25 @@ def test_schema_violations_name_file_and_fault(tmp_path, data, why):
     assert why in str(error.value)
 
 
-def test_judge_band():
+def interval(value, half=1.0):
+    return Estimate(value=value, low=value - half, high=value + half)
+
+
+def test_judge_band_with_the_measured_interval():
     reference = Reference(value=100.0, lower=-0.1, upper=0.2, unit="img/s")
-    assert judge(95.0, reference, metric="throughput").kind == "pass"
-    assert judge(89.0, reference, metric="throughput").kind == "fail"
-    assert judge(121.0, reference, metric="throughput").kind == "faster"
-    assert judge(50.0, None, metric="throughput").kind == "no-baseline"
-    assert "-11.0%" in judge(89.0, reference, metric="throughput").message
+    assert judge(interval(95.0), reference, metric="throughput").kind == "pass"
+    assert judge(interval(88.0), reference, metric="throughput").kind == "fail"
+    assert judge(interval(90.5, half=2.0), reference, metric="throughput").kind == "inconclusive"
+    assert judge(interval(122.0), reference, metric="throughput").kind == "faster"
+    assert judge(interval(50.0), None, metric="throughput").kind == "no-baseline"
+    assert "-12.0%" in judge(interval(88.0), reference, metric="throughput").message
 
 
 def test_entry_without_band_gets_the_default_and_the_verdict_says_so(tmp_path):
     file = BaselineFile.load(baseline(tmp_path, {"c": {"throughput": {"value": 100.0}}}), "sys")
     reference = file.reference("c", "throughput")
     assert reference.defaulted and reference.lower == -0.15
-    assert "default band" in judge(80.0, reference, metric="throughput").message
+    assert "default band" in judge(interval(80.0), reference, metric="throughput").message
 
 
 def test_update_rewrites_only_given_cells_and_keeps_hand_edited_bands(tmp_path):
@@ -74,6 +80,10 @@ def test_update_rewrites_only_given_cells_and_keeps_hand_edited_bands(tmp_path):
     assert saved["cells"]["b"] == entry(value=7.0)
     assert saved["cells"]["c"]["throughput"]["lower"] == -0.15
     assert changes == ["a: throughput 100 -> 110 (+10.0%)", "c: throughput new 5 img/s"]
+    data, _ = file.updated([{"cell": "b", "metrics": {"throughput": 8.0}, "config_hash": "h", "config": {},
+                             "provenance": {}, "bands": {"throughput": {"lower": -0.07, "upper": 0.07,
+                                                                         "repeats": [7.9, 8.1]}}}])
+    assert data["cells"]["b"]["throughput"]["lower"] == -0.07  # a band derived from repeats replaces the old
     assert [p.name for p in tmp_path.iterdir()] == ["sys.json"]  # no temporary file left behind
 
 
