@@ -14,7 +14,8 @@ from .jsonio import write_json_atomic
 from .stats import Estimate, verdict
 
 SCHEMA_VERSION = 1
-METRICS = {"throughput": "img/s", "efficiency": ""}
+METRICS = {"throughput": "img/s", "efficiency": "", "accuracy": ""}
+"""Every metric is higher-is-better; accuracy is the accuracy cells' final validation accuracy (0-1)."""
 DEFAULT_TOLERANCE = {"lower": -0.15, "upper": 0.15}
 """Relative band used where an entry gives none (hand-written entries)."""
 

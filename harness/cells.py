@@ -108,6 +108,52 @@ class Matrix:
 DEFAULT_MATRIX = Matrix()
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class AccuracyCell:
+    """One accuracy run: a learning-rate schedule at one global batch (per-rank batch x ranks)."""
+
+    framework: str
+    schedule: str
+    batch_per_rank: int
+    ranks: int
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_per_rank * self.ranks
+
+    @property
+    def id(self) -> str:
+        return f"accuracy-{self.framework}-{self.schedule}-b{self.global_batch}-g{self.ranks}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class AccuracySettings:
+    """The accuracy task's training settings, the same for every accuracy cell of a run."""
+
+    epochs: int = 8
+    warmup_epochs: float = 0.5
+    base_lr: float = 0.05
+    """Learning rate at ``reference_batch`` images per step, scaled linearly with the global batch."""
+    reference_batch: int = 32
+    label_smoothing: float = 0.1
+    seed: int = 1234
+
+    def config_hash(self, cell: AccuracyCell) -> str:
+        fields = {**dataclasses.asdict(self), **dataclasses.asdict(cell)}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+ACCURACY_SCHEDULES = ("step", "cosine", "exponential")
+# (per-rank batch, ranks): global batches of 32 to 1024 on at most 2 ranks, so that the study's
+# finding (accuracy falls as the global batch grows at a fixed number of epochs) shows on one node.
+ACCURACY_BATCHES = ((32, 1), (64, 2), (256, 2), (512, 2))
+
+
+def accuracy_cells(frameworks: tuple[str, ...] = ("ddp",)) -> list[AccuracyCell]:
+    return [AccuracyCell(framework=f, schedule=s, batch_per_rank=b, ranks=g)
+            for f in frameworks for s in ACCURACY_SCHEDULES for b, g in ACCURACY_BATCHES]
+
+
 def parse_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 

@@ -59,6 +59,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "scaling: a measured cell launched as a real multi-process job")
+    config.addinivalue_line("markers", "accuracy: a short real training judged by its validation accuracy")
     values = {dest: config.getoption(f"dlscale_{dest}") for _, dest, _, _ in OPTIONS}
     values = {key: value for key, value in values.items() if value is not None}
     values.setdefault("workdir", Path(config.rootpath) / "results" / "cells")
@@ -70,19 +71,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "cell" not in metafunc.fixturenames:
-        return
     suite = metafunc.config.stash[SUITE_KEY]
-    params = []
-    for cell in suite.cells():
-        reason = suite.skip_reason(cell)
-        marks = [pytest.mark.skip(reason=reason)] if reason else []
-        params.append(pytest.param(cell, id=cell.id, marks=marks))
-    metafunc.parametrize("cell", params)
+    for fixture, cells in (("cell", suite.cells), ("accuracy_cell", suite.accuracy_cells)):
+        if fixture not in metafunc.fixturenames:
+            continue
+        params = []
+        for cell in cells():
+            reason = suite.skip_reason(cell)
+            marks = [pytest.mark.skip(reason=reason)] if reason else []
+            params.append(pytest.param(cell, id=cell.id, marks=marks))
+        metafunc.parametrize(fixture, params)
 
 
 def _selected_cells(items: list[pytest.Item]) -> bool:
-    return any("cell" in getattr(item, "callspec", None).params for item in items if hasattr(item, "callspec"))
+    return any({"cell", "accuracy_cell"} & set(item.callspec.params) for item in items if hasattr(item, "callspec"))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -136,17 +138,40 @@ class Measure:
         if failing and not self.suite.options.update_baselines:
             pytest.fail(f"{cell.id} regressed: " + "; ".join(failing), pytrace=False)
 
+    def check_accuracy(self, cell) -> None:
+        result = self.suite.measure_accuracy(cell, on_progress=_Progress(self.config))
+        if not result.run.ok:
+            pytest.fail(f"{cell.id} {result.run.status} under {result.run.launcher}:\n{result.run.error}",
+                        pytrace=False)
+        if result.verdict.failed and not self.suite.options.update_baselines:
+            pytest.fail(f"{cell.id} lost accuracy: {result.verdict.message}", pytrace=False)
+
+
+def _report_baseline_changes(terminalreporter, suite: Suite) -> None:
+    terminalreporter.write_line(f"updated {suite.baselines.path} ({len(suite.baseline_changes)} change(s)):")
+    for change in suite.baseline_changes:
+        terminalreporter.write_line(f"  {change}")
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     suite = session.config.stash.get(SUITE_KEY, None)
-    if suite is not None and suite.options.update_baselines and suite.results:
+    if suite is not None and suite.options.update_baselines and (suite.results or suite.accuracy_results):
         suite.baseline_changes = suite.update_baselines()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     suite = config.stash.get(SUITE_KEY, None)
-    if suite is None or not suite.results:
+    if suite is None:
+        return
+    if suite.accuracy_results:
+        terminalreporter.section("dlscale accuracy (final validation accuracy, verdict)")
+        terminalreporter.write_line(format_table(suite.accuracy_rows()))
+        plots = suite.write_accuracy_plots(suite.options.workdir.parent / "accuracy")
+        terminalreporter.write_line("plots: " + ", ".join(str(p) for p in plots))
+    if suite.baseline_changes is not None and not suite.results:
+        _report_baseline_changes(terminalreporter, suite)
+    if not suite.results:
         return
     terminalreporter.section("dlscale summary")
     terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, baselines {suite.baselines.path}")
@@ -158,9 +183,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             if verdict.kind in ("fail", "inconclusive", "stale", "faster"):
                 terminalreporter.write_line(f"{result.cell.id}: {verdict.kind}: {verdict.message}")
     if suite.baseline_changes is not None:
-        terminalreporter.write_line(f"updated {suite.baselines.path} ({len(suite.baseline_changes)} change(s)):")
-        for change in suite.baseline_changes:
-            terminalreporter.write_line(f"  {change}")
+        _report_baseline_changes(terminalreporter, suite)
     if suite.options.results_json:
         terminalreporter.write_line(f"results written to {suite.options.results_json}")
 

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from .cells import Cell, Workload
+from .cells import AccuracyCell, Cell, Workload
 from .jsonio import write_json_atomic
 from .launchers import Launcher, LaunchRequest
 from .procs import TOKEN_VARIABLE, kill_processes_with_token
@@ -105,7 +105,7 @@ def _describe_errors(errors: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
-def run_cell(cell: Cell, workload: Workload, launcher: Launcher, *, workdir: Path, limits: RunLimits = RunLimits(),
+def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Launcher, *, workdir: Path, limits: RunLimits = RunLimits(),
              spec_extra: dict | None = None, master_addr: str | None = None,
              on_progress: ProgressFn | None = None) -> CellRun:
     """Run ``cell`` through ``launcher`` with its files under ``workdir/<cell id>``."""
@@ -113,7 +113,7 @@ def run_cell(cell: Cell, workload: Workload, launcher: Launcher, *, workdir: Pat
     if outdir.exists():
         shutil.rmtree(outdir)
     outdir.mkdir(parents=True)
-    spec = {"cell": dataclasses.asdict(cell), "workload": dataclasses.asdict(workload),
+    spec = {"cell": dataclasses.asdict(cell), "workload": dataclasses.asdict(workload) if workload else None,
             "output_dir": str(outdir.resolve()), **(spec_extra or {})}
     spec_path = outdir / "spec.json"
     write_json_atomic(spec_path, spec)

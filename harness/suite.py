@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Callable
 
 from .baselines import BaselineFile, Verdict, judge
-from .cells import DEFAULT_MATRIX, PROFILES, Cell, Matrix, Workload, parse_list, parse_ranks
+from .cells import (DEFAULT_MATRIX, PROFILES, AccuracyCell, AccuracySettings, Cell, Matrix, Workload,
+                    accuracy_cells, parse_list, parse_ranks)
 from .dataset import DatasetError, ensure, validate_image_folder
 from .jsonio import write_json_atomic
 from .launchers import LAUNCHERS, Launcher, default_launcher_name
@@ -28,6 +29,9 @@ from .tfrecord import TFRecordError, convert, open_tfrecord_set
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATASET = Path(os.environ.get("DLSCALE_CACHE", Path.home() / ".cache" / "dlscale")) / "dataset"
+
+
+ACCURACY_SETTINGS = AccuracySettings()
 
 
 class SuiteError(ValueError):
@@ -116,6 +120,16 @@ class CellResult:
         }
 
 
+@dataclasses.dataclass(kw_only=True)
+class AccuracyResult:
+    cell: AccuracyCell
+    run: CellRun
+    config_hash: str
+    outcome: dict | None = None
+    """Rank 0's record: accuracy and learning rate per epoch, final accuracy (the same on every rank)."""
+    verdict: Verdict | None = None
+
+
 def _estimate_json(estimate: Estimate | None) -> dict | None:
     if estimate is None:
         return None
@@ -139,6 +153,7 @@ class Suite:
         self.options = options
         self.results: list[CellResult] = []
         self.baseline_changes: list[str] | None = None
+        self.accuracy_results: list[AccuracyResult] = []
         self._prepared = False
         try:
             self.matrix = Matrix(
@@ -161,15 +176,19 @@ class Suite:
     def cells(self) -> list[Cell]:
         return self.matrix.cells()
 
+    def accuracy_cells(self) -> list[AccuracyCell]:
+        frameworks = self.matrix.frameworks if self.options.frameworks else ("ddp",)
+        return [c for c in accuracy_cells(frameworks) if c.ranks in self.matrix.ranks or not self.options.gpus]
+
     @property
     def uses_gpus(self) -> bool:
         return _uses_gpus(self.options.device)
 
-    def skip_reason(self, cell: Cell) -> str | None:
-        missing = FRAMEWORKS.missing(cell.framework) or LOADERS.missing(cell.loader)
+    def skip_reason(self, cell: Cell | AccuracyCell) -> str | None:
+        missing = FRAMEWORKS.missing(cell.framework) or (isinstance(cell, Cell) and LOADERS.missing(cell.loader))
         if missing:
             return missing
-        if LOADERS.entry(cell.loader).needs_gpu and not self.uses_gpus:
+        if isinstance(cell, Cell) and LOADERS.entry(cell.loader).needs_gpu and not self.uses_gpus:
             return f"loader {cell.loader} decodes on the GPU and this machine has none"
         if self._capacity is None:
             self._capacity = rank_capacity(self.uses_gpus)
@@ -318,6 +337,26 @@ class Suite:
             verdicts.append(judge(result.efficiency, efficiency_reference, metric="efficiency"))
         return verdicts
 
+    def measure_accuracy(self, cell: AccuracyCell,
+                         on_progress: Callable[[str], None] | None = None) -> "AccuracyResult":
+        """Train the accuracy task once under the cell's framework; judge its final accuracy."""
+        self.prepare()
+        run = run_cell(cell, None, self.launcher, workdir=self.options.workdir, limits=self.limits,
+                       spec_extra={"task": "accuracy", "accuracy": dataclasses.asdict(ACCURACY_SETTINGS),
+                                   "device": self.options.device}, on_progress=on_progress)
+        result = AccuracyResult(cell=cell, run=run, config_hash=ACCURACY_SETTINGS.config_hash(cell))
+        if run.ok:
+            result.outcome = min(run.records, key=lambda r: r["rank"])
+            entry = self.baselines.entry(cell.id)
+            measured = Estimate(value=result.outcome["final_val_accuracy"], low=result.outcome["final_val_accuracy"],
+                                high=result.outcome["final_val_accuracy"])
+            if entry is not None and entry.get("config_hash") not in (None, result.config_hash):
+                result.verdict = Verdict(kind="stale", message="baseline measured with other accuracy settings")
+            else:
+                result.verdict = judge(measured, self.baselines.reference(cell.id, "accuracy"), metric="accuracy")
+        self.accuracy_results.append(result)
+        return result
+
     # -- after the cells -------------------------------------------------------------------------
     def write_results(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -354,11 +393,35 @@ class Suite:
                     entry["bands"][metric] = {"lower": round(lower, 4), "upper": round(upper, 4),
                                               "repeats": [round(v, 4) for v in values]}
             entries.append(entry)
+        for result in self.accuracy_results:
+            if result.outcome:
+                entries.append({"cell": result.cell.id, "metrics": {"accuracy": result.outcome["final_val_accuracy"]},
+                                "config_hash": result.config_hash, "config": dataclasses.asdict(ACCURACY_SETTINGS),
+                                "provenance": {**shared, "launcher": result.run.launcher, "ranks": result.cell.ranks}})
         if not entries:
             return []
         data, changes = self.baselines.updated(entries)
         self.baselines.write(data)
         return changes
+
+    def accuracy_rows(self) -> list[list[str]]:
+        """Final validation accuracy, one row per schedule, one column per global batch."""
+        batches = sorted({r.cell.global_batch for r in self.accuracy_results})
+        rows = [["schedule"] + [f"batch {b}" for b in batches]]
+        for schedule in dict.fromkeys(r.cell.schedule for r in self.accuracy_results):
+            row = [schedule]
+            for batch in batches:
+                found = [r for r in self.accuracy_results if r.cell.schedule == schedule and r.cell.global_batch == batch]
+                row.append(", ".join(f"{r.outcome['final_val_accuracy']:.1%} ({r.verdict.kind})" if r.outcome
+                                     else f"error ({r.run.status})" for r in found) or "-")
+            rows.append(row)
+        return rows
+
+    def write_accuracy_plots(self, directory: Path) -> list[Path]:
+        from .plots_accuracy import write_all
+
+        outcomes = [r.outcome for r in self.accuracy_results if r.outcome]
+        return write_all(outcomes, directory) if outcomes else []
 
     def summary_rows(self) -> list[list[str]]:
         rows = [["cell", "launcher", "img/s (95% CI)", "img/s/rank", "E_G (95% CI)", "baseline img/s", "delta",

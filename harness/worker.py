@@ -113,6 +113,32 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
     }
 
 
+def run_accuracy_task(spec: dict, rank: RankInfo, progress) -> dict:
+    """The accuracy task (harness.accuracy) under the cell's framework, on this rank."""
+    import torch
+
+    from .accuracy import run_accuracy
+    from .frameworks import FRAMEWORKS
+
+    cell, settings = spec["cell"], spec["accuracy"]
+    if cell["ranks"] != rank.world_size:
+        raise RuntimeError(f"accuracy cell wants {cell['ranks']} ranks but the launcher started {rank.world_size}")
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master_addr, str(rank.master_port)
+    torch.set_num_threads(threads_for(rank, spec.get("threads_per_rank")))
+    device = pick_device(spec.get("device", "auto"), rank)
+    adapter = FRAMEWORKS.create(cell["framework"], **spec.get("framework_options", {}))
+    adapter.setup(rank, device)
+    try:
+        outcome = run_accuracy(adapter, rank=rank, device=device, schedule=cell["schedule"],
+                               epochs=settings["epochs"], batch_per_rank=cell["batch_per_rank"],
+                               base_lr=settings["base_lr"], reference_batch=settings["reference_batch"],
+                               warmup_epochs=settings["warmup_epochs"], label_smoothing=settings["label_smoothing"],
+                               seed=settings["seed"], progress=progress)
+    finally:
+        adapter.shutdown()
+    return {**dataclasses.asdict(rank), "host": socket.gethostname(), "pid": os.getpid(), **outcome}
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -123,7 +149,8 @@ def main(argv: list[str]) -> int:
     try:
         rank = read_rank_info(os.environ)
         label = f"rank{rank.rank}"
-        record = run(spec, rank, ProgressFile(output / f"progress-{label}.json", rank.rank))
+        task = run_accuracy_task if spec.get("task") == "accuracy" else run
+        record = task(spec, rank, ProgressFile(output / f"progress-{label}.json", rank.rank))
         write_json_atomic(output / f"record-{label}.json", record)
         return 0
     except BaseException as error:  # noqa: BLE001 - every failure must reach the runner
