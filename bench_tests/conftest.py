@@ -11,6 +11,13 @@ TINY = Workload(image_size=32, batch_size=8, warmup_steps=2, steps=5, num_worker
 def tiny_dataset(tmp_path_factory):
     return ensure(tmp_path_factory.mktemp("data") / "images", classes=10, per_class=8, size=48)
 
+@pytest.fixture(scope="session")
+def tiny_tfrecords(tiny_dataset):
+    from harness.tfrecord import convert
+
+    return convert(tiny_dataset, tiny_dataset.with_name("tfrecords"), shards=2)
+
+
 @pytest.fixture
 def launcher(request):
     """The launcher named by the test's ``launcher_name`` parameter, skipped where it cannot run."""

@@ -2,12 +2,13 @@
 # Install the optional frameworks into a virtual environment, idempotently:
 #   bash ci/install_frameworks.sh [VENV]        (VENV defaults to $DLSCALE_VENV, then .venv)
 #
-# DeepSpeed is a pinned wheel. Horovod 0.28.1 exists only as an sdist that compiles against the
-# installed torch (about 7 minutes on 2 cores), so its wheel is built once into a cache outside the
+# DeepSpeed is a pinned package. Horovod 0.28.1 exists only as an sdist that compiles against the
+# installed torch (3 to 9 minutes on 2 cores), so its wheel is built once into a cache outside the
 # repository, in a folder named after the torch and Python it was built against:
-#   ${DLSCALE_CACHE:-~/.cache/dlscale}/wheels/horovod-0.28.1/torch<version>-cu<cuda>-cp<py>/
-# A later run does nothing when Horovod already imports with torch support, reinstalls the cached
-# wheel in seconds when it does not, and rebuilds only when torch or Python changed.
+#   ${DLSCALE_CACHE:-~/.cache/dlscale}/wheels/horovod-0.28.1/torch<version>-cu<cuda>-cp<py>-<platform>[-opts<hash>]/
+# (-opts<hash> when HOROVOD_* build variables are exported, e.g. HOROVOD_GPU_OPERATIONS=NCCL on a
+# GPU cluster). A later run does nothing when Horovod already imports with torch support, reinstalls
+# the cached wheel in seconds when it does not, and rebuilds only when torch, Python or options changed.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$(cd "${1:-${DLSCALE_VENV:-$repo/.venv}}" && pwd)"
@@ -27,14 +28,30 @@ if [[ "$installed" != "$deepspeed_version" ]]; then
     log "installing deepspeed==$deepspeed_version"
     pip_install "deepspeed==$deepspeed_version"  # the constraints keep the pinned torch
 fi
+# DeepSpeed JIT-compiles its shared-memory comm op (CPU accelerator) the first time a process group
+# starts, which takes minutes: compile it now (into torch's extension cache), not inside a cell.
+ops_stamp="$venv/.dlscale-deepspeed-ops"
+ops_want="$deepspeed_version $("$python" -c 'import torch; print(torch.__version__)')"
+if [[ "$(cat "$ops_stamp" 2>/dev/null)" != "$ops_want" ]]; then
+    log "compiling DeepSpeed's shared-memory comm op (first use only)"
+    if ! output="$("$python" -c 'from deepspeed.comm.torch import build_shm_op; build_shm_op()' 2>&1)"; then
+        printf '%s\n' "$output" >&2
+        log "DeepSpeed could not compile its comm op (above)"
+        exit 1
+    fi
+    echo "$ops_want" > "$ops_stamp"
+fi
 
 # --- Horovod --------------------------------------------------------------------------------------
 horovod_works() {
     "$python" - "$horovod_version" <<'EOF' 2>/dev/null
-import sys
+import json, pathlib, sys
+import torch
 import horovod
-import horovod.torch  # loads the compiled extension: fails when built against another torch
-sys.exit(horovod.__version__ != sys.argv[1])
+import horovod.torch  # loads the compiled extension
+# Against another torch the import may still succeed, with only a warning: compare the versions.
+built_against = json.loads((pathlib.Path(horovod.__file__).parent / "metadata.json").read_text()).get("pytorch")
+sys.exit(horovod.__version__ != sys.argv[1] or built_against != torch.__version__)
 EOF
 }
 if horovod_works; then
@@ -47,6 +64,8 @@ import sys, sysconfig, torch
 cuda = "cu" + torch.version.cuda if torch.version.cuda else "cpu"
 tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
 print(f"torch{torch.__version__}-{cuda}-{tag}-{sysconfig.get_platform()}".replace("+", "_"))')"
+build_options="$(env | grep '^HOROVOD_' | sort || true)"
+[[ -z "$build_options" ]] || build_key+="-opts$(sha256sum <<< "$build_options" | cut -c1-8)"
 wheels="$cache/wheels/horovod-$horovod_version/$build_key"
 wheel="$(ls "$wheels"/horovod-"$horovod_version"-*.whl 2>/dev/null | head -n 1 || true)"
 
@@ -90,7 +109,9 @@ EOF
     fi
     log "building horovod $horovod_version against $build_key (several minutes; log: $wheels/build.log)"
     started=$SECONDS
-    if ! env "${build_env[@]}" "$python" -m pip wheel -v --no-deps --no-build-isolation \
+    # --no-cache-dir: pip's own wheel cache is keyed by the sdist alone and would hand back a wheel
+    # built against another torch.
+    if ! env "${build_env[@]}" "$python" -m pip wheel -v --no-deps --no-build-isolation --no-cache-dir \
             -w "$build_dir/out" "horovod==$horovod_version" > "$wheels/build.log" 2>&1; then
         tail -n 40 "$wheels/build.log" >&2
         log "horovod build failed; full log: $wheels/build.log"

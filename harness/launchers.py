@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from .registry import Entry, Registry
 
@@ -28,14 +29,20 @@ class LaunchRequest:
     """Variables a launcher that does not forward the whole environment must pass on."""
 
 
+def find_tool(name: str) -> str | None:
+    """``name`` beside the running Python (a virtual environment's bin/, not always on PATH), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() else shutil.which(name)
+
+
 class Launcher(abc.ABC):
     name: str
     executable: str
 
     def unavailable_reason(self) -> str | None:
         """Why this launcher cannot be used here, or None when it can."""
-        if shutil.which(self.executable) is None:
-            return f"{self.executable} not found on PATH"
+        if find_tool(self.executable) is None:
+            return f"{self.executable} not found beside {sys.executable} or on PATH"
         return None
 
     @abc.abstractmethod
@@ -103,10 +110,41 @@ class TorchrunLauncher(Launcher):
                 "--max-restarts=0", "-m", request.module, *request.args]
 
 
+class HorovodrunLauncher(Launcher):
+    """``horovodrun --gloo``: Horovod's own launcher with its Gloo controller (no MPI involved)."""
+
+    name = "horovodrun"
+    executable = "horovodrun"
+
+    def rendezvous_host(self) -> str | None:
+        return "127.0.0.1"
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return [find_tool("horovodrun") or "horovodrun", "--gloo", "-np", str(request.ranks), "-H", f"localhost:{request.ranks}",
+                request.python, "-m", request.module, *request.args]
+
+
+class DeepspeedLauncher(Launcher):
+    """DeepSpeed's own launcher, one node. ``--no_local_rank`` keeps argv free of ``--local_rank``."""
+
+    name = "deepspeed"
+    executable = "deepspeed"
+
+    def rendezvous_host(self) -> str | None:
+        return "127.0.0.1"
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return [find_tool("deepspeed") or "deepspeed", f"--num_gpus={request.ranks}", "--no_local_rank",
+                f"--master_addr={request.master_addr or '127.0.0.1'}", f"--master_port={request.master_port}",
+                "--module", request.module, *request.args]
+
+
 LAUNCHERS = Registry("launcher", {
     "srun": Entry("harness.launchers:SrunLauncher"),
     "mpirun": Entry("harness.launchers:MpirunLauncher"),
     "torchrun": Entry("harness.launchers:TorchrunLauncher"),
+    "horovodrun": Entry("harness.launchers:HorovodrunLauncher"),
+    "deepspeed": Entry("harness.launchers:DeepspeedLauncher"),
 })
 
 

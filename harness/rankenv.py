@@ -15,7 +15,8 @@ class RankInfo:
     master_addr: str
     master_port: int
     source: str
-    """Which launcher's variables were read: "torchrun", "openmpi" or "slurm"."""
+    """Which launcher's variables were read: "torchrun" (also the deepspeed launcher), "horovodrun",
+    "openmpi" or "slurm"."""
 
 
 class RankEnvironmentError(RuntimeError):
@@ -36,8 +37,9 @@ def _first_host(nodelist: str) -> str:
 def read_rank_info(env: Mapping[str, str]) -> RankInfo:
     """Map a launcher's environment to a :class:`RankInfo`.
 
-    Order matters: torchrun-style variables are explicit; Open MPI's are checked before Slurm's
-    because ``mpirun`` inside an ``sbatch`` allocation inherits the batch step's ``SLURM_PROCID``.
+    Order matters: torchrun-style and horovodrun's variables are explicit; Open MPI's are checked
+    before Slurm's because ``mpirun`` inside an ``sbatch`` allocation inherits the batch step's
+    ``SLURM_PROCID``.
     """
     addr = env.get("MASTER_ADDR")
     port = env.get("MASTER_PORT")
@@ -45,7 +47,15 @@ def read_rank_info(env: Mapping[str, str]) -> RankInfo:
         source = "torchrun"
         rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
         local_rank = int(env.get("LOCAL_RANK", rank))
-        local_world = int(env.get("LOCAL_WORLD_SIZE", world))
+        # deepspeed's launcher says LOCAL_SIZE where torchrun says LOCAL_WORLD_SIZE
+        local_world = int(env.get("LOCAL_WORLD_SIZE") or env.get("LOCAL_SIZE") or world)
+    elif "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:
+        # horovodrun --gloo (its MPI mode goes through mpirun and gives Open MPI's variables)
+        source = "horovodrun"
+        rank, world = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
+        local_rank = int(env.get("HOROVOD_LOCAL_RANK", rank))
+        local_world = int(env.get("HOROVOD_LOCAL_SIZE", world))
+        addr = addr or env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
     elif "OMPI_COMM_WORLD_RANK" in env:
         source = "openmpi"
         rank, world = int(env["OMPI_COMM_WORLD_RANK"]), int(env["OMPI_COMM_WORLD_SIZE"])

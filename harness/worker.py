@@ -81,7 +81,7 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
     progress("setup", 0, 1)
 
     adapter = FRAMEWORKS.create(cell.framework, **spec.get("framework_options", {}))
-    adapter.configure(workload)
+    adapter.configure(batch_size=workload.batch_size)
     adapter.setup(rank, device)
     try:
         model = build_model(cell.model, workload.num_classes).to(device)
@@ -127,6 +127,7 @@ def run_accuracy_task(spec: dict, rank: RankInfo, progress) -> dict:
     torch.set_num_threads(threads_for(rank, spec.get("threads_per_rank")))
     device = pick_device(spec.get("device", "auto"), rank)
     adapter = FRAMEWORKS.create(cell["framework"], **spec.get("framework_options", {}))
+    adapter.configure(batch_size=cell["batch_per_rank"])
     adapter.setup(rank, device)
     try:
         outcome = run_accuracy(adapter, rank=rank, device=device, schedule=cell["schedule"],

@@ -4,6 +4,8 @@ import math
 import pytest
 
 from harness.cells import Cell
+from harness.frameworks import FRAMEWORKS
+from harness.loaders import LOADERS
 from harness.procs import processes_with_token
 from harness.runner import run_cell
 
@@ -31,4 +33,35 @@ def test_ddp_cell_runs_on_every_rank(launcher, loader, ranks, tmp_path, tiny_dat
         assert all(math.isfinite(loss) for loss in record["losses"])
     if loader == "native":
         assert run.records[0]["loader_settings"]["images"] == 80
+    assert processes_with_token(run.token) == []
+
+
+# Every framework with every loader at 1 and 2 ranks through srun (DDP's synthetic and native cells
+# are above, through all three launchers), and each framework's own launcher once.
+FRAMEWORK_CELLS = [
+    *[(framework, "srun", loader, ranks)
+      for framework in ("ddp", "horovod", "deepspeed", "deepspeed_zero1", "deepspeed_zero2")
+      for loader in ("synthetic", "native", "dali-cpu", "dali-cpu-tfrecord") for ranks in (1, 2)
+      if framework != "ddp" or loader.startswith("dali")],
+    ("horovod", "horovodrun", "synthetic", 2),
+    ("deepspeed", "deepspeed", "synthetic", 2),
+]
+
+
+@pytest.mark.parametrize("framework, launcher, loader, ranks", FRAMEWORK_CELLS, indirect=["launcher"])
+def test_every_framework_and_loader_trains_on_every_rank(framework, launcher, loader, ranks, tmp_path, tiny_dataset,
+                                                        tiny_tfrecords):
+    reason = FRAMEWORKS.missing(framework) or LOADERS.missing(loader)
+    if reason:
+        pytest.skip(reason)
+    cell = Cell(framework=framework, loader=loader, model="resnet50", ranks=ranks)
+    workload = TINY.replace(data_dir=str(tiny_dataset), tfrecord_dir=str(tiny_tfrecords), dali_threads=1)
+    run = run_cell(cell, workload, launcher, workdir=tmp_path)
+    assert run.ok, run.error
+    assert sorted(r["rank"] for r in run.records) == list(range(ranks))
+    for record in run.records:
+        assert record["images"] == TINY.steps * TINY.batch_size
+        assert all(math.isfinite(loss) for loss in record["losses"])
+    if loader.startswith("dali"):
+        assert run.records[0]["loader_settings"]["reader"] == ("tfrecord" if loader.endswith("tfrecord") else "folder")
     assert processes_with_token(run.token) == []

@@ -32,5 +32,17 @@ def test_torchrun_runs_the_worker_module_with_a_static_rendezvous():
 
 
 def test_unknown_launcher_lists_the_valid_names():
-    with pytest.raises(ValueError, match="unknown launcher 'aprun'; valid names: srun, mpirun, torchrun"):
+    with pytest.raises(ValueError, match="unknown launcher 'aprun'; valid names: srun, mpirun, torchrun, horovodrun"):
         LAUNCHERS.create("aprun")
+
+
+def test_horovodrun_uses_its_gloo_controller_on_one_host():
+    command = LAUNCHERS.create("horovodrun").command(REQUEST)
+    assert command[0].endswith("horovodrun") and command[1:6] == ["--gloo", "-np", "2", "-H", "localhost:2"]
+    assert command[-4:] == ["/venv/bin/python", "-m", "harness.worker", "/tmp/spec.json"]
+
+
+def test_deepspeed_launcher_runs_the_module_without_a_local_rank_argument():
+    command = LAUNCHERS.create("deepspeed").command(REQUEST)
+    assert "--num_gpus=2" in command and "--no_local_rank" in command and "--master_port=29555" in command
+    assert command[-3:] == ["--module", "harness.worker", "/tmp/spec.json"]

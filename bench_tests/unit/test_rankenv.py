@@ -47,3 +47,16 @@ def test_rank_outside_world_is_refused():
 def test_missing_rendezvous_port_is_named():
     with pytest.raises(RankEnvironmentError, match="MASTER_PORT"):
         read_rank_info({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "h"})
+
+
+def test_horovodrun_gloo_variables():
+    env = {"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2",
+           "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
+    info = read_rank_info(env)
+    assert (info.rank, info.world_size, info.local_world_size, info.master_addr, info.source) == (
+        1, 2, 2, "127.0.0.1", "horovodrun")
+
+
+def test_deepspeed_launcher_says_local_size():
+    info = read_rank_info({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_SIZE": "2", **RENDEZVOUS})
+    assert info.local_world_size == 2

@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
 from ..rankenv import RankInfo
-
-if TYPE_CHECKING:
-    from ..cells import Workload
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -19,8 +16,8 @@ class FrameworkAdapter(abc.ABC):
 
     name: str
 
-    def configure(self, workload: "Workload") -> None:
-        """Called before :meth:`setup` with the cell's workload, for adapters that need it (batch size)."""
+    def configure(self, *, batch_size: int) -> None:
+        """Called before :meth:`setup` with the images per rank per step, for adapters that need it."""
 
     @abc.abstractmethod
     def setup(self, rank: RankInfo, device: torch.device) -> None:
