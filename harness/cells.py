@@ -79,8 +79,8 @@ PROFILES: Mapping[str, Workload] = {
     # The study's settings (ImageNet-sized images, 64 per GPU).
     "study": Workload(),
     # Small enough that a CPU-only machine measures the whole matrix in minutes.
-    "cpu-small": Workload(image_size=64, batch_size=16, warmup_steps=5, steps=20,
-                          num_workers=2, num_classes=100),
+    "cpu-small": Workload(image_size=32, batch_size=16, warmup_steps=5, steps=50,
+                          num_workers=2, num_classes=100, dali_threads=2),
 }
 
 

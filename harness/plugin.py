@@ -4,6 +4,8 @@ the summary table and the baseline update at the end of the session."""
 from __future__ import annotations
 
 import collections
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -41,7 +43,7 @@ OPTIONS = (
     ("--precision", "precision", "target relative half-width of each cell's 95% throughput interval; a cell "
                                  "is launched again until it gets there (default 0.02)", float),
     ("--measure-budget", "measure_budget", "seconds a cell may spend in further launches for precision or a "
-                                           "clear verdict (default 120)", float),
+                                           "clear verdict (default 45)", float),
     ("--repeat", "repeat", "independent measurements per cell; with --update-baselines the band is derived "
                            "from their spread (default 1)", int),
     ("--hang-timeout", "hang_timeout", "seconds without progress from any rank before a cell counts as hung "
@@ -57,9 +59,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="record the completed cells' figures as the system's new baselines")
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "scaling: a measured cell launched as a real multi-process job")
     config.addinivalue_line("markers", "accuracy: a short real training judged by its validation accuracy")
+    # Batch systems end a job with SIGTERM: treat it like Ctrl-C, so that the running cell's
+    # processes are ended and finished results are kept, instead of dying on the spot.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     values = {dest: config.getoption(f"dlscale_{dest}") for _, dest, _, _ in OPTIONS}
     values = {key: value for key, value in values.items() if value is not None}
     values.setdefault("workdir", Path(config.rootpath) / "results" / "cells")

@@ -63,7 +63,7 @@ class SuiteOptions:
     hang_timeout: float | None = None
     precision: float = 0.02
     """Target relative half-width of a cell's throughput interval."""
-    measure_budget: float = 120.0
+    measure_budget: float = 45.0
     """Seconds a cell may spend in further launches to reach ``precision`` or a clear verdict."""
     repeat: int = 1
     """Independent measurements per cell; with --update-baselines their spread sets the band."""

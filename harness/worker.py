@@ -60,12 +60,12 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
     import torch
 
     from .cells import Cell, Workload
-    from .faults import Fault, with_fault
+    from .faults import Fault, with_fault, with_fault_batches
     from .frameworks import FRAMEWORKS
     from .loaders import LOADERS
     from .models import build_model
     from .provenance import package_versions
-    from .trainloop import train
+    from .trainloop import ComputeProbe, DelayedBatches, train
 
     cell = Cell(**spec["cell"])
     workload = Workload(**spec["workload"])
@@ -88,12 +88,17 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
         optimizer = torch.optim.SGD(model.parameters(), lr=workload.base_lr * rank.world_size,
                                     momentum=workload.momentum, weight_decay=workload.weight_decay)
         loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=workload.label_smoothing)
+        probe = ComputeProbe(model, loss_fn)  # copied before any framework hooks the model
         adapter.wrap(model, optimizer, loss_fn)
         progress("setup", 1, 1)
         loader = LOADERS.create(cell.loader, workload=workload, rank=rank, device=device)
         try:
-            samples = train(adapter, loader, warmup_steps=workload.warmup_steps, steps=workload.steps,
-                            device=device, progress=progress)
+            delay = spec.get("data_delay")  # {"seconds": s, "rank": r or None}: a slow loader on purpose
+            batches = (DelayedBatches(loader, delay["seconds"])
+                       if delay and delay.get("rank") in (None, rank.rank) else loader)
+            batches = with_fault_batches(batches, progress)  # a 'slow' fault sleeps inside the timed steps
+            samples = train(adapter, batches, warmup_steps=workload.warmup_steps, steps=workload.steps,
+                            device=device, progress=progress, probe=probe)
         finally:
             loader.close()
         framework_settings = adapter.settings()

@@ -1,0 +1,307 @@
+"""Power self-test: how often this machine's verdicts cry wolf, and how big a slowdown they catch.
+
+    python -m harness.selftest [--launcher torchrun] [--repeats 10] [--sizes 0.05,0.1,0.2]
+
+Runs one small cell through a real launcher ``--baseline-runs`` times to record a baseline the way
+``--update-baselines --repeat N`` does (the mean throughput, with the band
+:func:`stats.tolerance_from_repeats` derives from the runs' spread), then ``--repeats`` unchanged
+reruns and ``--repeats`` reruns with each injected slowdown (the ``slow`` fault of
+:mod:`harness.faults`: every step of every rank takes that fraction longer). The reruns are
+interleaved in a shuffled order, so that a change in the machine's load during the test falls on
+every size alike. Each rerun is judged as the suite judges one launch of a cell: warm-up dropped
+(:func:`stats.detect_warmup`), :func:`stats.throughput_interval`, :func:`stats.verdict` against the
+baseline's band. The judgement sees only the measured step times; it is never told whether a
+fault was injected.
+
+A slowdown of ``s`` (steps ``1 + s`` times as long) lowers throughput by ``s / (1 + s)``: 20%
+slower steps are 16.7% fewer images per second.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .cells import Cell, Workload
+from .launchers import LAUNCHERS
+from .metrics import drop_leading_steps
+from .runner import CellRun, RunLimits, run_cell
+from .stats import Estimate, Verdict, detect_warmup, throughput_interval, tolerance_from_repeats, verdict
+
+SELFTEST_CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1)
+SELFTEST_WORKLOAD = Workload(image_size=32, batch_size=8, warmup_steps=3, steps=30, num_workers=1, num_classes=10)
+"""The suite's own tiny test workload with enough timed steps for an interval."""
+DEFAULT_SIZES = (0.05, 0.1, 0.2)
+RELIABLE = 0.9
+"""Detection rate at which a slowdown counts as caught reliably."""
+OUTCOMES = ("fail", "inconclusive", "pass", "faster", "error")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SelftestConfig:
+    launcher: str = "torchrun"
+    repeats: int = 10
+    """Judged reruns per slowdown size, and unchanged."""
+    baseline_runs: int = 10
+    """Unchanged runs the baseline (mean and band) is made of."""
+    sizes: tuple[float, ...] = DEFAULT_SIZES
+    """Injected slowdowns, as fractions of each step's duration."""
+    cell: Cell = SELFTEST_CELL
+    workload: Workload = SELFTEST_WORKLOAD
+    band_floor: float = 0.05
+    """Narrowest band the baseline may have (the suite's ``--repeat`` default)."""
+    device: str = "cpu"
+    threads_per_rank: int | None = None
+    """CPU threads per rank; ``None``: the worker's default (the node's cores shared among its ranks)."""
+    workdir: Path = Path("results") / "selftest"
+    seed: int = 0
+    """Seed of the order the reruns are interleaved in."""
+    limits: RunLimits = RunLimits(timeout_s=300.0, heartbeat_s=120.0)
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be at least 1, got {self.repeats}")
+        if self.baseline_runs < 2:
+            raise ValueError(f"a baseline band needs at least 2 runs, got {self.baseline_runs}")
+        if any(not size > 0 for size in self.sizes):
+            raise ValueError(f"slowdown sizes must be positive fractions (0.1 for 10%), got {list(self.sizes)}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Measurement:
+    slowdown: float
+    """Injected slowdown (0: unchanged)."""
+    status: str
+    """The launch's status: "ok", "failed", "timeout" or "hung"."""
+    throughput: Estimate | None
+    warmup_dropped: int = 0
+    wall_s: float = 0.0
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Judged:
+    measurement: Measurement
+    verdict: Verdict | None
+    """``None`` when the launch failed."""
+
+    @property
+    def outcome(self) -> str:
+        return self.verdict.kind if self.verdict else "error"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SizeRow:
+    slowdown: float
+    counts: dict[str, int]
+
+    @property
+    def runs(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def fail_rate(self) -> float:
+        """Fails over the runs that completed: the detection rate, or for 0 the false-alarm rate."""
+        judged = self.runs - self.counts["error"]
+        return self.counts["fail"] / judged if judged else float("nan")
+
+
+@dataclasses.dataclass(kw_only=True)
+class SelftestReport:
+    config: SelftestConfig
+    baseline: list[Measurement]
+    reference: float
+    band: tuple[float, float]
+    judged: list[Judged]
+    wall_s: float
+
+    def rows(self) -> list[SizeRow]:
+        rows = []
+        for size in (0.0, *self.config.sizes):
+            outcomes = [j.outcome for j in self.judged if j.measurement.slowdown == size]
+            rows.append(SizeRow(slowdown=size, counts={kind: outcomes.count(kind) for kind in OUTCOMES}))
+        return rows
+
+    def minimum_detected(self, rate: float = RELIABLE) -> float | None:
+        """Smallest injected slowdown failed in at least ``rate`` of its runs (and every larger one)."""
+        found = None
+        for row in sorted(self.rows(), key=lambda r: -r.slowdown):
+            if row.slowdown == 0 or not row.fail_rate >= rate:
+                break
+            found = row.slowdown
+        return found
+
+    @property
+    def false_alarms(self) -> int:
+        return self.rows()[0].counts["fail"]
+
+
+# --- judging one run ------------------------------------------------------------------------------
+
+
+def measure(records: list[dict], seed: int = 0) -> tuple[Estimate, int]:
+    """Throughput interval of one launch as the suite computes it, and the warm-up steps dropped."""
+    slowest = [max(steps) for steps in zip(*(record["step_times"] for record in records))]
+    dropped = detect_warmup(slowest)
+    kept = drop_leading_steps(records, dropped)
+    steps = [record["step_times"] for record in kept]
+    batches = [record["images"] // max(1, len(record["step_times"])) for record in kept]
+    return throughput_interval(steps, batches, seed=seed), dropped
+
+
+def judge(measurement: Measurement, reference: float, band: tuple[float, float]) -> Judged:
+    if measurement.throughput is None:
+        return Judged(measurement=measurement, verdict=None)
+    return Judged(measurement=measurement, verdict=verdict(measurement.throughput, reference, band[0], band[1]))
+
+
+def baseline_band(values: Sequence[float], floor_rel: float) -> tuple[float, tuple[float, float]]:
+    """The reference (mean) and band a baseline recorded from these runs would hold."""
+    return statistics.fmean(values), tolerance_from_repeats(values, floor_rel=floor_rel)
+
+
+# --- running --------------------------------------------------------------------------------------
+
+
+def launch(config: SelftestConfig, slowdown: float, launcher=None) -> Measurement:
+    """One real launch of the self-test cell, slowed by ``slowdown`` (0: unchanged)."""
+    launcher = launcher or LAUNCHERS.create(config.launcher)
+    extra: dict = {"device": config.device}
+    if config.threads_per_rank:
+        extra["threads_per_rank"] = config.threads_per_rank
+    if slowdown:
+        extra["fault"] = {"kind": "slow", "fraction": slowdown}
+    run: CellRun = run_cell(config.cell, config.workload, launcher, workdir=config.workdir, limits=config.limits,
+                            spec_extra=extra)
+    if not run.ok:
+        return Measurement(slowdown=slowdown, status=run.status, throughput=None, wall_s=run.wall_s, error=run.error)
+    estimate, dropped = measure(run.records)
+    return Measurement(slowdown=slowdown, status=run.status, throughput=estimate, warmup_dropped=dropped,
+                       wall_s=run.wall_s)
+
+
+def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | None = None) -> SelftestReport:
+    """Record the baseline, then the interleaved reruns, judging each; raises if the baseline fails."""
+    launcher = LAUNCHERS.create(config.launcher)
+    reason = launcher.unavailable_reason()
+    if reason:
+        raise RuntimeError(f"launcher {config.launcher} is not usable: {reason}")
+    say = on_progress or (lambda line: None)
+    started = time.monotonic()
+    baseline = []
+    for index in range(config.baseline_runs):
+        measurement = launch(config, 0.0, launcher)
+        if measurement.throughput is None:
+            raise RuntimeError(f"baseline run {index + 1} {measurement.status}:\n{measurement.error}")
+        baseline.append(measurement)
+        say(f"baseline {index + 1}/{config.baseline_runs}: {_interval(measurement.throughput)} img/s "
+            f"({measurement.wall_s:.0f} s)")
+    reference, band = baseline_band([m.throughput.value for m in baseline], config.band_floor)
+    say(f"baseline {reference:.2f} img/s, band {band[0]:+.1%} / {band[1]:+.1%}")
+
+    order = [size for size in (0.0, *config.sizes) for _ in range(config.repeats)]
+    random.Random(config.seed).shuffle(order)
+    judged = []
+    for index, size in enumerate(order):
+        result = judge(launch(config, size, launcher), reference, band)
+        judged.append(result)
+        estimate = result.measurement.throughput
+        say(f"rerun {index + 1}/{len(order)} slowdown {size:.0%}: "
+            f"{_interval(estimate) if estimate else result.measurement.status} -> {result.outcome}")
+    return SelftestReport(config=config, baseline=baseline, reference=reference, band=band, judged=judged,
+                          wall_s=time.monotonic() - started)
+
+
+# --- report ---------------------------------------------------------------------------------------
+
+
+def report_rows(report: SelftestReport) -> list[list[str]]:
+    table = [["slowdown", "expected img/s", "runs", "fail", "inconclusive", "pass", "faster", "error",
+              "detection rate"]]
+    for row in report.rows():
+        expected = report.reference / (1 + row.slowdown)
+        rate = "-" if row.runs == row.counts["error"] else f"{row.fail_rate:.0%}"
+        if row.slowdown == 0:
+            rate += " (false alarms)"
+        table.append([f"{row.slowdown:.0%}", f"{expected:.2f} ({-row.slowdown / (1 + row.slowdown):+.1%})",
+                      str(row.runs), *(str(row.counts[k]) for k in OUTCOMES), rate])
+    return table
+
+
+def format_report(report: SelftestReport) -> str:
+    from .suite import format_table
+
+    c = report.config
+    values = [m.throughput.value for m in report.baseline]
+    widths = [j.measurement.throughput.half_width_rel for j in report.judged if j.measurement.throughput]
+    minimum = report.minimum_detected()
+    lines = [
+        f"cell {c.cell.id} via {c.launcher}, {c.workload.image_size} px, batch {c.workload.batch_size}, "
+        f"{c.workload.steps} timed steps ({c.workload.warmup_steps} warm-up), device {c.device}",
+        f"baseline: {len(values)} runs, mean {report.reference:.2f} img/s (runs {min(values):.2f} to "
+        f"{max(values):.2f}, cv {statistics.stdev(values) / report.reference:.1%}); band "
+        f"{report.band[0]:+.1%} / {report.band[1]:+.1%} (floor {c.band_floor:.0%})",
+        f"reruns: median 95% interval +-{statistics.median(widths):.1%}" if widths else "reruns: none completed",
+        format_table(report_rows(report)),
+        f"minimum slowdown detected reliably (>= {RELIABLE:.0%} of runs): "
+        + (f"{minimum:.0%}" if minimum is not None else f"none of {', '.join(f'{s:.0%}' for s in c.sizes)}"),
+        f"false alarms: {report.false_alarms} of {report.rows()[0].runs} unchanged reruns; "
+        f"self-test took {report.wall_s / 60:.1f} min",
+    ]
+    return "\n".join(lines)
+
+
+def _interval(estimate: Estimate) -> str:
+    if estimate.too_few_samples:
+        return f"{estimate.value:.2f} [no CI]"
+    return f"{estimate.value:.2f} [{estimate.low:.2f}, {estimate.high:.2f}]"
+
+
+def _sizes(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sizes takes fractions such as 0.05,0.1,0.2; got {text!r}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.selftest", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--launcher", default="torchrun", help=f"one of {', '.join(LAUNCHERS.names())}")
+    parser.add_argument("--repeats", type=int, default=10, help="judged reruns per slowdown size (default 10)")
+    parser.add_argument("--baseline-runs", type=int, help="runs the baseline is made of (default: --repeats)")
+    parser.add_argument("--sizes", type=_sizes, default=DEFAULT_SIZES, help="slowdowns (default 0.05,0.1,0.2)")
+    parser.add_argument("--ranks", type=int, default=SELFTEST_CELL.ranks)
+    parser.add_argument("--framework", default=SELFTEST_CELL.framework)
+    parser.add_argument("--steps", type=int, default=SELFTEST_WORKLOAD.steps, help="timed steps per run")
+    parser.add_argument("--warmup-steps", type=int, default=SELFTEST_WORKLOAD.warmup_steps)
+    parser.add_argument("--image-size", type=int, default=SELFTEST_WORKLOAD.image_size)
+    parser.add_argument("--batch-size", type=int, default=SELFTEST_WORKLOAD.batch_size)
+    parser.add_argument("--threads", type=int, help="CPU threads per rank (default: the worker's)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
+    parser.add_argument("--band-floor", type=float, default=0.05)
+    parser.add_argument("--workdir", type=Path, default=Path("results") / "selftest")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        LAUNCHERS.check(args.launcher)
+        config = SelftestConfig(
+            launcher=args.launcher, repeats=args.repeats, baseline_runs=args.baseline_runs or args.repeats,
+            sizes=args.sizes, cell=dataclasses.replace(SELFTEST_CELL, ranks=args.ranks, framework=args.framework),
+            workload=SELFTEST_WORKLOAD.replace(steps=args.steps, warmup_steps=args.warmup_steps,
+                                               image_size=args.image_size, batch_size=args.batch_size),
+            band_floor=args.band_floor, device=args.device, threads_per_rank=args.threads, workdir=args.workdir,
+            seed=args.seed)
+    except ValueError as error:
+        parser.error(str(error))
+    report = run_selftest(config, on_progress=lambda line: print(f"  [selftest] {line}", flush=True))
+    print(format_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
