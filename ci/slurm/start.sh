@@ -21,7 +21,8 @@ fail() {
 }
 ours() { [[ -f "$conf" ]] && [[ "$(head -n 1 "$conf")" == "$marker"* ]]; }
 node_states() { timeout 10 sinfo -h -o %T 2>/dev/null; }
-usable() { grep -qE '^(idle|mixed|allocated)'; }
+# Reads all its input: with pipefail, grep -q could fail the pipeline by SIGPIPE to sinfo.
+usable() { grep -E '^(idle|mixed|allocated)' >/dev/null; }
 # A live process named $1; exited daemons can linger as zombies for a moment here.
 alive() { ps -C "$1" -o stat= | grep -q '^[^Z]'; }
 # Record a daemon we started so that stop.sh stops it and nothing else.
