@@ -1,1 +1,2 @@
-pytest_plugins = ["harness.plugin", "pytester"]
+# The dlscale plugin itself is loaded through its pytest11 entry point (pyproject.toml).
+pytest_plugins = ["pytester"]

@@ -8,12 +8,14 @@ same way (see the trainloop's docstring):
 
 - **data**: the wait for the next batch, host-to-device copy included (``data_wait``);
 - **compute**: forward+backward of a private copy of the model with no communication at all, the
-  median of the rank's ``compute_probe`` runs (same batch, same device, same threads);
-- **communication**: ``fwd_bwd`` (the adapter's forward_backward, collectives included) minus that
-  compute, clamped at 0. It is the *exposed* communication, the part not hidden behind backward
-  compute, together with the framework's own per-step bookkeeping (bucket copies, hooks) and any
-  slowdown compute suffers from running beside the collectives. For ZeRO stages the parameter
-  all-gather runs inside the optimizer step and is counted there;
+  median of the rank's ``compute_probe`` runs (same batch, same device, same threads), as a share
+  of the median ``fwd_bwd`` (the adapter's forward_backward, collectives included), applied to the
+  mean ``fwd_bwd``: on a quiet machine simply the probe's time, on a noisy one the occasional slow
+  step is split like a typical one rather than booked to communication whole;
+- **communication**: the rest of ``fwd_bwd``, clamped at 0. It is the *exposed* communication, the
+  part not hidden behind backward compute, together with the framework's own per-step bookkeeping
+  (bucket copies, hooks) and any slowdown compute suffers from running beside the collectives. For
+  ZeRO stages the parameter all-gather runs inside the optimizer step and is counted there;
 - **optimizer**: the adapter's optimizer_step.
 
 The three measured parts (data, fwd_bwd, optimizer) are timed back to back, so the four parts add up
@@ -138,13 +140,16 @@ def rank_breakdown(record: Mapping) -> Breakdown:
         raise BreakdownUnavailable(f"rank {record.get('rank')} has no timed step")
     tail = lambda key: list(record[key][-n:])  # noqa: E731
     step, data, fwd_bwd, optimizer = tail("step_times"), tail("data_wait"), tail("fwd_bwd"), tail("optimizer")
-    compute = statistics.median(probes)
-    mean_fwd_bwd = statistics.fmean(fwd_bwd)
+    probe = statistics.median(probes)
+    typical, mean_fwd_bwd = statistics.median(fwd_bwd), statistics.fmean(fwd_bwd)
+    # A typical step's split, scaled to the mean: an occasional slow step (a noisy neighbour, a page
+    # fault) is shared out like the others instead of being booked to communication whole.
+    compute = mean_fwd_bwd * probe / typical if typical > 0 else probe
     return Breakdown(
         rank=record.get("rank"), step=statistics.fmean(step), data=statistics.fmean(data), compute=compute,
         communication=max(mean_fwd_bwd - compute, 0.0), optimizer=statistics.fmean(optimizer), steps=n,
-        probe_spread=(max(probes) - min(probes)) / compute if compute > 0 else math.nan,
-        steps_below_probe=sum(1 for value in fwd_bwd if value < compute),
+        probe_spread=(max(probes) - min(probes)) / probe if probe > 0 else math.nan,
+        steps_below_probe=sum(1 for value in fwd_bwd if value < probe),
     )
 
 
@@ -171,8 +176,8 @@ def as_breakdown(value: BreakdownLike) -> Breakdown:
     raise TypeError(f"expected a Breakdown, CellBreakdown or its JSON, got {type(value).__name__}")
 
 
-def _change(before: float, after: float) -> str:
-    if before > 1e-9:
+def _change(before: float, after: float, step: float) -> str:
+    if before >= 0.01 * step:  # a percentage of next to nothing says nothing
         return f"{after / before - 1:+.0%} ({before:.3f} -> {after:.3f} s/step)"
     return f"from {before:.3f} to {after:.3f} s/step"
 
@@ -191,7 +196,7 @@ def attribute_regression(current: BreakdownLike, baseline_breakdown: BreakdownLi
     part = max(PARTS, key=lambda p: direction * deltas[p])
     if direction * deltas[part] <= 0:  # no part moved in the step's direction
         part = max(PARTS, key=lambda p: abs(deltas[p]))
-    line = f"{LABELS[part]} {_change(getattr(before, part), getattr(now, part))}"
+    line = f"{LABELS[part]} {_change(getattr(before, part), getattr(now, part), before.step)}"
     if abs(step_delta) > 1e-9:
         line += f": {deltas[part] / step_delta:.0%} of the step's {step_delta:+.3f} s/step change"
     others = ", ".join(f"{p} {deltas[p]:+.3f}" for p in PARTS if p != part)

@@ -104,12 +104,14 @@ def lower_bound_rows(collectives: Mapping, cells: list[Mapping], *, num_classes:
     rows = [["model", "ranks", f"gradient MB ({classes} classes)",
              f"lower bound s/step (busbw {peak['busbw_gbps']:.2f} GB/s)", "cell",
              "measured exposed communication s/step"]]
-    seen = set()
+    parsed_cells = []
     for cell in cells:
         try:
-            parsed = parse_cell_id(cell["cell"])
+            parsed_cells.append((parse_cell_id(cell["cell"]), cell))
         except ValueError:
             continue
+    seen = set()
+    for parsed, cell in sorted(parsed_cells, key=lambda pc: (pc[0]["model"], pc[0]["ranks"], pc[1]["cell"])):
         model, ranks = parsed["model"], parsed["ranks"]
         if model not in RESNET_BACKBONE_PARAMETERS:
             continue

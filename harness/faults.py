@@ -45,7 +45,7 @@ class Fault:
         if self.kind in _NEEDS_RANK and self.rank is None:
             raise ValueError(f"a {self.kind!r} fault needs the rank it strikes")
         if self.kind == "slow" and not self.fraction > 0:
-            raise ValueError(f"a 'slow' fault needs a positive fraction (0.2 for 20% longer steps), got {self.fraction}")
+            raise ValueError(f"a 'slow' fault needs a positive fraction (0.2: 20% longer steps), got {self.fraction}")
         if self.kind != "slow" and self.fraction:
             raise ValueError(f"fraction applies to 'slow' faults only, not {self.kind!r}")
 

@@ -9,8 +9,11 @@ import shutil
 import socket
 import subprocess
 import sys
+from functools import lru_cache
 from pathlib import Path
+from typing import Mapping
 
+from . import allocation
 from .registry import Entry, Registry
 
 
@@ -39,6 +42,17 @@ class Launcher(abc.ABC):
     name: str
     executable: str
 
+    def __init__(self, *, environment: Mapping[str, str] | None = None):
+        self.environment = dict(environment or {})
+        """The launch environment (:func:`harness.allocation.launch_environment`): site settings such as
+        NCCL_SOCKET_IFNAME that every rank gets, set on the launcher's own command line."""
+
+    def _with_environment(self, command: list[str]) -> list[str]:
+        """``command`` run under ``env NAME=VALUE ...``: seen in the results, inherited by every launcher."""
+        if not self.environment:
+            return command
+        return ["env", *(f"{name}={value}" for name, value in self.environment.items()), *command]
+
     def unavailable_reason(self) -> str | None:
         """Why this launcher cannot be used here, or None when it can."""
         if find_tool(self.executable) is None:
@@ -50,7 +64,7 @@ class Launcher(abc.ABC):
 
     def rendezvous_host(self) -> str | None:
         """Where rank 0 will listen, when the launcher does not tell its ranks itself."""
-        return socket.gethostname()
+        return self.environment.get("MASTER_ADDR") or socket.gethostname()
 
     def cleanup(self, request: LaunchRequest) -> None:
         """Release what the launcher may leave behind after its process is gone."""
@@ -61,8 +75,18 @@ def inside_slurm_allocation(env=os.environ) -> bool:
 
 
 class SrunLauncher(Launcher):
+    """Outside an allocation srun makes a job of the cell; inside one (salloc, sbatch) the cell is a
+    job step laid out by :func:`harness.allocation.srun_step_options`: one rank per GPU."""
+
     name = "srun"
     executable = "srun"
+
+    def __init__(self, *, environment: Mapping[str, str] | None = None, slurm_env: Mapping[str, str] | None = None,
+                 version: tuple[int, ...] | None = None):
+        super().__init__(environment=environment)
+        self.slurm_env = slurm_env
+        """The environment the allocation is read from; None: this process's, when the command is made."""
+        self.version = version
 
     def unavailable_reason(self) -> str | None:
         return super().unavailable_reason() or (None if slurm_cluster_answers() else "no Slurm cluster answers (sinfo)")
@@ -71,8 +95,13 @@ class SrunLauncher(Launcher):
         return None  # each rank reads the step's first node from SLURM_STEP_NODELIST
 
     def command(self, request: LaunchRequest) -> list[str]:
-        return ["srun", f"--ntasks={request.ranks}", "--kill-on-bad-exit=1", f"--job-name={request.job_name}",
-                request.python, "-m", request.module, *request.args]
+        slurm_env = os.environ if self.slurm_env is None else self.slurm_env
+        job = allocation.from_env(slurm_env)
+        version = self.version or (installed_slurm_version() if job else None)
+        step = allocation.srun_step_options(job, request.ranks, version)
+        return self._with_environment(["srun", f"--ntasks={request.ranks}", *step, "--kill-on-bad-exit=1",
+                                       f"--job-name={request.job_name}", request.python, "-m", request.module,
+                                       *request.args])
 
     def cleanup(self, request: LaunchRequest) -> None:
         # Outside an allocation srun made a job of its own, named after the cell; make sure it is
@@ -89,9 +118,9 @@ class MpirunLauncher(Launcher):
         command = ["mpirun", "-np", str(request.ranks), "--bind-to", "none"]
         if os.geteuid() == 0:
             command.append("--allow-run-as-root")
-        for name in request.export:
+        for name in dict.fromkeys([*request.export, *self.environment]):
             command += ["-x", name]
-        return command + [request.python, "-m", request.module, *request.args]
+        return self._with_environment(command + [request.python, "-m", request.module, *request.args])
 
 
 class TorchrunLauncher(Launcher):
@@ -105,9 +134,10 @@ class TorchrunLauncher(Launcher):
         return "127.0.0.1"  # single-node: the agent and its ranks share this host
 
     def command(self, request: LaunchRequest) -> list[str]:
-        return [request.python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={request.ranks}",
-                f"--master-addr={request.master_addr or '127.0.0.1'}", f"--master-port={request.master_port}",
-                "--max-restarts=0", "-m", request.module, *request.args]
+        return self._with_environment([
+            request.python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={request.ranks}",
+            f"--master-addr={request.master_addr or '127.0.0.1'}", f"--master-port={request.master_port}",
+            "--max-restarts=0", "-m", request.module, *request.args])
 
 
 class HorovodrunLauncher(Launcher):
@@ -120,8 +150,9 @@ class HorovodrunLauncher(Launcher):
         return "127.0.0.1"
 
     def command(self, request: LaunchRequest) -> list[str]:
-        return [find_tool("horovodrun") or "horovodrun", "--gloo", "-np", str(request.ranks), "-H", f"localhost:{request.ranks}",
-                request.python, "-m", request.module, *request.args]
+        return self._with_environment([find_tool("horovodrun") or "horovodrun", "--gloo", "-np", str(request.ranks),
+                                       "-H", f"localhost:{request.ranks}", request.python, "-m", request.module,
+                                       *request.args])
 
 
 class DeepspeedLauncher(Launcher):
@@ -134,9 +165,10 @@ class DeepspeedLauncher(Launcher):
         return "127.0.0.1"
 
     def command(self, request: LaunchRequest) -> list[str]:
-        return [find_tool("deepspeed") or "deepspeed", f"--num_gpus={request.ranks}", "--no_local_rank",
-                f"--master_addr={request.master_addr or '127.0.0.1'}", f"--master_port={request.master_port}",
-                "--module", request.module, *request.args]
+        return self._with_environment([find_tool("deepspeed") or "deepspeed", f"--num_gpus={request.ranks}",
+                                       "--no_local_rank", f"--master_addr={request.master_addr or '127.0.0.1'}",
+                                       f"--master_port={request.master_port}", "--module", request.module,
+                                       *request.args])
 
 
 LAUNCHERS = Registry("launcher", {
@@ -156,6 +188,16 @@ def slurm_cluster_answers(timeout_s: float = 10) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return result.returncode == 0 and bool(result.stdout.strip())
+
+
+@lru_cache(maxsize=1)
+def installed_slurm_version() -> tuple[int, ...] | None:
+    """``srun --version`` as numbers, or None when it does not answer."""
+    try:
+        out = subprocess.run(["srun", "--version"], capture_output=True, text=True, timeout=10)
+        return allocation.slurm_version(out.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
 
 
 def default_launcher_name() -> str:

@@ -27,6 +27,8 @@ CELL_ID = re.compile(r"^(?P<framework>[^-]+)-(?P<loader>.+)-(?P<model>[^-]+)-g(?
 PART_COLORS = {"data": "tab:orange", "compute": "tab:blue", "communication": "tab:red", "optimizer": "tab:green"}
 LOADER_MARKERS = {"synthetic": "o", "native": "s", "dali-cpu": "^", "dali-cpu-tfrecord": "v", "dali-gpu": "D",
                   "dali-gpu-tfrecord": "P"}
+LOADER_LINES = {"synthetic": "-", "native": "--", "dali-cpu": "-.", "dali-cpu-tfrecord": "-.", "dali-gpu": ":",
+                "dali-gpu-tfrecord": ":"}
 RELATION_MARKERS = {"=": "*", "<": "v", ">": "^"}
 
 
@@ -47,10 +49,11 @@ def _pyplot():
     return plt
 
 
-def _save(figure, path: Path) -> Path:
+def _save(figure, path: Path, *, layout: bool = True) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
+    if layout:
+        figure.tight_layout(rect=(0, 0.05, 1, 1))
     figure.savefig(path, dpi=110)
     _pyplot().close(figure)
     return path
@@ -127,7 +130,8 @@ def plot_scaling(cells: Sequence[Mapping], path: Path, *, metric: str = "through
             xs, ys = [p[0] for p in points], [p[1] for p in points]
             ranks += xs
             axes.errorbar(xs, ys, yerr=_error(points), capsize=3, color=colors[framework],
-                          marker=LOADER_MARKERS.get(loader, "o"), label=f"{framework} / {loader}")
+                          marker=LOADER_MARKERS.get(loader, "o"), linestyle=LOADER_LINES.get(loader, "-"),
+                          label=f"{framework} / {loader}")
             if metric == "throughput" and len(points) > 1:
                 reference_ranks, reference = xs[0], ys[0]
                 axes.plot(xs, [reference * r / reference_ranks for r in xs], linestyle=":", color=colors[framework],
@@ -136,7 +140,8 @@ def plot_scaling(cells: Sequence[Mapping], path: Path, *, metric: str = "through
             if published:
                 ranks += _overlay_published(axes, published, model)
             axes.axhline(1.0, color="black", linewidth=1, label="ideal")
-            axes.set_ylim(bottom=0, top=max(1.1, axes.get_ylim()[1]))
+            highest = max(p[1] for points in series[model].values() for p in points)
+            axes.set_ylim(bottom=0, top=max(1.15, 1.15 * highest))  # a wide interval may run off the top
             axes.set_ylabel("parallel efficiency E_G")
         else:
             axes.plot([], [], linestyle=":", color="black", label="ideal (linear from smallest G)")
@@ -145,10 +150,12 @@ def plot_scaling(cells: Sequence[Mapping], path: Path, *, metric: str = "through
         _rank_axis(axes, ranks)
         axes.set_title(model)
         axes.legend(fontsize=7)
-    what = "Parallel efficiency" if metric == "efficiency" else "Throughput"
-    bars = "95% CI where measured"
-    figure.suptitle(f"{what} vs ranks ({bars}" + ("; black: Aach et al. 2023, published" if published else "") + ")",
-                    fontsize=10)
+    what = "Parallel efficiency E_G" if metric == "efficiency" else "Throughput"
+    figure.suptitle(f"{what} vs ranks, bars: 95% CI where measured", fontsize=10)
+    if published:
+        figure.text(0.5, 0.005, "grey/black: Aach et al. 2023 as published (A100 GPUs, E_G against 4 GPUs)\n"
+                    "star: stated value, v / ^: upper / lower bound, dotted: bound over a range", ha="center",
+                    fontsize=7)
     return _save(figure, path)
 
 
@@ -159,27 +166,30 @@ def published_points(published: Mapping, model: str) -> list[Mapping]:
     return [point for point in published.get("efficiency", []) if point.get("model") == model]
 
 
+PUBLISHED_COLORS = {"dali-cpu": "black", "dali-gpu": "dimgray", "dali": "black", "native": "darkgray"}
+
+
 def _overlay_published(axes, published: Mapping, model: str) -> list[int]:
+    """The study's E_G figures for ``model``: stars where stated, triangles where bounded (pointing
+    the way the bound goes), dotted where the bound holds over a range of GPU counts."""
     ranks = []
-    labelled = False
+    labelled = set()
     for point in published_points(published, model):
-        label = None if labelled else "Aach et al. 2023 (published)"
-        labelled = True
+        loader = point["loader"]
+        color = PUBLISHED_COLORS.get(loader, "black")
+        label = None if loader in labelled else f"published, {loader}"
+        labelled.add(loader)
         marker = RELATION_MARKERS.get(point["relation"], "o")
-        text = f"{point['relation'] if point['relation'] != '=' else ''}{point['value']:.2f} {point['loader']}"
         if "gpus_range" in point:
             low, high = point["gpus_range"]
-            axes.hlines(point["value"], low, high, colors="black", linestyles="dotted", linewidth=1, label=label)
-            axes.plot([high], [point["value"]], marker=marker, color="black", linestyle="none", markersize=5)
-            where = high
+            axes.hlines(point["value"], low, high, colors=color, linestyles="dotted", linewidth=1)
+            axes.plot([low, high], [point["value"]] * 2, marker=marker, color=color, linestyle="none",
+                      markersize=5, label=label)
             ranks += [low, high]
         else:
-            axes.plot([point["gpus"]], [point["value"]], marker=marker, color="black", markerfacecolor="none",
+            axes.plot([point["gpus"]], [point["value"]], marker=marker, color=color, markerfacecolor="none",
                       linestyle="none", markersize=8, label=label)
-            where = point["gpus"]
             ranks.append(point["gpus"])
-        axes.annotate(text, (where, point["value"]), textcoords="offset points", xytext=(-4, 6), fontsize=6,
-                      ha="right")
     return ranks
 
 
@@ -214,10 +224,12 @@ def plot_breakdown(cells: Sequence[Mapping], path: Path) -> Path | None:
     for axes in (seconds, shares):
         axes.set_xticks(list(positions), labels=names, rotation=30, ha="right", fontsize=7)
         axes.grid(axis="y", alpha=0.3)
-    seconds.legend(fontsize=7)
+    handles, labels = seconds.get_legend_handles_labels()
     figure.suptitle("Where the step goes (slowest rank; communication = exposed, not hidden behind compute)",
                     fontsize=10)
-    return _save(figure, path)
+    figure.tight_layout(rect=(0, 0.08, 1, 1))
+    figure.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    return _save(figure, path, layout=False)
 
 
 def plot_collectives(collectives: Mapping, path: Path) -> Path | None:
@@ -229,7 +241,9 @@ def plot_collectives(collectives: Mapping, path: Path) -> Path | None:
     plt = _pyplot()
     figure, (time_axes, bw_axes) = plt.subplots(1, 2, figsize=(10, 4))
     sizes = [row["bytes"] for row in rows]
-    time_axes.loglog(sizes, [row["time_s"] * 1e6 for row in rows], marker="o", base=2)
+    time_axes.plot(sizes, [row["time_s"] * 1e6 for row in rows], marker="o")
+    time_axes.set_xscale("log", base=2)
+    time_axes.set_yscale("log")
     time_axes.set_ylabel("time per all-reduce (µs)")
     bw_axes.semilogx(sizes, [row["busbw_gbps"] for row in rows], marker="o", base=2, label="busbw")
     bw_axes.semilogx(sizes, [row["algbw_gbps"] for row in rows], marker=".", base=2, linestyle="--", label="algbw")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from .baselines import BaselineError
+from .report import junit_properties, write_report
 from .suite import Suite, SuiteError, SuiteOptions, format_table
 
 SUITE_KEY = pytest.StashKey[Suite]()
@@ -28,6 +29,9 @@ OPTIONS = (
     ("--system", "system", "baseline file name (default: $DLSCALE_SYSTEM, the Slurm cluster name, or the host)", str),
     ("--baselines-dir", "baselines_dir", "directory of <system>.json baseline files (default: baselines/)", Path),
     ("--results-json", "results_json", "write every cell's full record to this JSON file", Path),
+    ("--report", "report", "write an HTML report (summary, plots, breakdown, fingerprints) into this directory",
+     Path),
+    ("--history-dir", "history_dir", "append each measured cell to <dir>/<system>.jsonl (default: history/)", Path),
     ("--data", "data", "ImageFolder dataset for file-reading loaders (default: the generated dataset)", Path),
     ("--data-tfrecord", "data_tfrecord", "indexed TFRecord shards for the -tfrecord loaders (default: the "
                                          "generated dataset's, converted once)", Path),
@@ -57,6 +61,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(flag, dest=f"dlscale_{dest}", type=kind, default=None, help=help_text)
     group.addoption("--update-baselines", dest="dlscale_update_baselines", action="store_true",
                     help="record the completed cells' figures as the system's new baselines")
+    group.addoption("--no-history", dest="dlscale_no_history", action="store_true",
+                    help="do not append this session's cells to the history store")
 
 
 def _interrupt(signum, frame) -> None:
@@ -73,6 +79,8 @@ def pytest_configure(config: pytest.Config) -> None:
     values = {dest: config.getoption(f"dlscale_{dest}") for _, dest, _, _ in OPTIONS}
     values = {key: value for key, value in values.items() if value is not None}
     values.setdefault("workdir", Path(config.rootpath) / "results" / "cells")
+    if config.getoption("dlscale_no_history"):
+        values["history_dir"] = None
     try:
         config.stash[SUITE_KEY] = Suite(SuiteOptions(update_baselines=config.getoption("dlscale_update_baselines"),
                                                      **values))
@@ -126,21 +134,23 @@ class _Progress:
             reporter.write_line(f"  [dlscale] {line}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def dlscale(request: pytest.FixtureRequest) -> "Measure":
-    return Measure(request.config)
+    return Measure(request.config, request.node)
 
 
 class Measure:
     """What a scaling test calls: ``dlscale.check(cell)`` measures the cell and asserts its verdict."""
 
-    def __init__(self, config: pytest.Config):
+    def __init__(self, config: pytest.Config, node: pytest.Item):
         self.config = config
+        self.node = node
         self.suite = config.stash[SUITE_KEY]
 
     def check(self, cell) -> None:
         for _ in range(self.suite.options.repeat):
             result = self.suite.measure(cell, on_progress=_Progress(self.config))
+            self.node.user_properties.extend(junit_properties(result.to_json()))  # figures in --junitxml
             if not result.ok:
                 pytest.fail(f"{cell.id} {result.run.status} under {result.run.launcher}:\n{result.run.error}",
                             pytrace=False)
@@ -196,4 +206,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         _report_baseline_changes(terminalreporter, suite)
     if suite.options.results_json:
         terminalreporter.write_line(f"results written to {suite.options.results_json}")
+    if suite.options.report:
+        index = write_report(suite.results_document(), suite.options.report)
+        terminalreporter.write_line(f"report written to {index}")
 

@@ -190,15 +190,17 @@ def _projection_section(cells: Sequence[Mapping]) -> str:
 def _published_section(published: Mapping | None) -> str:
     if not published:
         return ""
-    rows = [["model", "framework(s)", "loader", "GPUs", "E_G", "where"]]
+    rows = [["model", "framework(s)", "loader", "GPUs", "E_G", "where", "note"]]
     for point in published.get("efficiency", []):
         gpus = point.get("gpus") or "{}-{}".format(*point["gpus_range"])
         frameworks = ", ".join(point.get("frameworks") or ["not stated"])
         rows.append([point["model"], frameworks, point["loader"], str(gpus),
-                     f"{point['relation'] if point['relation'] != '=' else ''}{point['value']:.2f}", point["where"]])
+                     f"{point['relation'] if point['relation'] != '=' else ''}{point['value']:.2f}", point["where"],
+                     point.get("conflicts", "")])
+    notes = "".join(f"<li>{html.escape(note)}</li>" for note in published.get("notes", []))
     return ("<h2>Published figures (Aach et al. 2023)</h2><p class='note'>Stated in the paper's text; measured on "
             "another system, at another scale: a reference for the shape of the curves, never a baseline.</p>"
-            + _table(rows))
+            + _table(rows) + (f"<ul class='note'>{notes}</ul>" if notes else ""))
 
 
 def _provenance_section(results: Mapping) -> str:

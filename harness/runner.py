@@ -2,6 +2,7 @@
 heartbeats, enforce timeouts, end every process it started, and collect the ranks' records."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -9,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -97,6 +99,25 @@ def _terminate(process: subprocess.Popen, grace_s: float) -> None:
             continue
 
 
+@contextlib.contextmanager
+def _signals_deferred():
+    """Hold SIGINT and SIGTERM while a cell's processes are being ended, then act on them: a second
+    Ctrl-C must not cut short the SIGKILL and the orphan sweep (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(received):
+            signal.raise_signal(sig)
+
+
 def _describe_errors(errors: list[dict]) -> str:
     parts = []
     for error in sorted(errors, key=lambda e: str(e.get("rank"))):
@@ -161,14 +182,16 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
                                          f"timeout); least recent: {_least_recent(cell, progress)}; {line}")
                 break
     except BaseException:
-        _terminate(process, limits.terminate_grace_s)
-        kill_processes_with_token(token)
-        launcher.cleanup(request)
+        with _signals_deferred():
+            _terminate(process, limits.terminate_grace_s)
+            kill_processes_with_token(token)
+            launcher.cleanup(request)
         raise
-    if process.poll() is None:
-        _terminate(process, limits.terminate_grace_s)
-    orphans = kill_processes_with_token(token)
-    launcher.cleanup(request)
+    with _signals_deferred():
+        if process.poll() is None:
+            _terminate(process, limits.terminate_grace_s)
+        orphans = kill_processes_with_token(token)
+        launcher.cleanup(request)
     wall = time.monotonic() - started
 
     records = _read_all(outdir, "record-*.json")

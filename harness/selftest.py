@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import random
 import statistics
 import sys
@@ -56,8 +57,11 @@ class SelftestConfig:
     band_floor: float = 0.05
     """Narrowest band the baseline may have (the suite's ``--repeat`` default)."""
     device: str = "cpu"
-    threads_per_rank: int | None = None
-    """CPU threads per rank; ``None``: the worker's default (the node's cores shared among its ranks)."""
+    threads_per_rank: int | None = 1
+    """CPU threads per rank; ``None``: the worker's default (the node's cores shared among its ranks).
+    One by default: on a shared node, a step whose threads must all be scheduled together suffers
+    from other load far more than a one-thread step (on a loaded 2-core machine: 1-3 s per step
+    with 2 threads, 0.23 s with 1)."""
     workdir: Path = Path("results") / "selftest"
     seed: int = 0
     """Seed of the order the reruns are interleaved in."""
@@ -119,6 +123,8 @@ class SelftestReport:
     band: tuple[float, float]
     judged: list[Judged]
     wall_s: float
+    load: tuple[float, float] | None = None
+    """The machine's 1-minute load average when the self-test started and ended."""
 
     def rows(self) -> list[SizeRow]:
         rows = []
@@ -193,6 +199,7 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
         raise RuntimeError(f"launcher {config.launcher} is not usable: {reason}")
     say = on_progress or (lambda line: None)
     started = time.monotonic()
+    load_before = os.getloadavg()[0]
     baseline = []
     for index in range(config.baseline_runs):
         measurement = launch(config, 0.0, launcher)
@@ -214,22 +221,27 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
         say(f"rerun {index + 1}/{len(order)} slowdown {size:.0%}: "
             f"{_interval(estimate) if estimate else result.measurement.status} -> {result.outcome}")
     return SelftestReport(config=config, baseline=baseline, reference=reference, band=band, judged=judged,
-                          wall_s=time.monotonic() - started)
+                          wall_s=time.monotonic() - started, load=(load_before, os.getloadavg()[0]))
 
 
 # --- report ---------------------------------------------------------------------------------------
 
 
 def report_rows(report: SelftestReport) -> list[list[str]]:
-    table = [["slowdown", "expected img/s", "runs", "fail", "inconclusive", "pass", "faster", "error",
-              "detection rate"]]
+    table = [["slowdown", "expected img/s", "measured (median)", "runs", "fail", "inconclusive", "pass", "faster",
+              "error", "detection rate"]]
     for row in report.rows():
         expected = report.reference / (1 + row.slowdown)
+        change = "baseline" if row.slowdown == 0 else f"{-row.slowdown / (1 + row.slowdown):+.1%}"
+        values = [j.measurement.throughput.value for j in report.judged
+                  if j.measurement.slowdown == row.slowdown and j.measurement.throughput]
+        measured = (f"{statistics.median(values):.2f} ({statistics.median(values) / report.reference - 1:+.1%})"
+                    if values else "-")
         rate = "-" if row.runs == row.counts["error"] else f"{row.fail_rate:.0%}"
         if row.slowdown == 0:
             rate += " (false alarms)"
-        table.append([f"{row.slowdown:.0%}", f"{expected:.2f} ({-row.slowdown / (1 + row.slowdown):+.1%})",
-                      str(row.runs), *(str(row.counts[k]) for k in OUTCOMES), rate])
+        table.append([f"{row.slowdown:.0%}", f"{expected:.2f} ({change})", measured, str(row.runs),
+                      *(str(row.counts[k]) for k in OUTCOMES), rate])
     return table
 
 
@@ -253,6 +265,9 @@ def format_report(report: SelftestReport) -> str:
         f"false alarms: {report.false_alarms} of {report.rows()[0].runs} unchanged reruns; "
         f"self-test took {report.wall_s / 60:.1f} min",
     ]
+    if report.load:
+        lines.append(f"load average {report.load[0]:.1f} at the start, {report.load[1]:.1f} at the end, on "
+                     f"{os.cpu_count()} CPUs (a load above the CPU count means other work competed for them)")
     return "\n".join(lines)
 
 
@@ -281,7 +296,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup-steps", type=int, default=SELFTEST_WORKLOAD.warmup_steps)
     parser.add_argument("--image-size", type=int, default=SELFTEST_WORKLOAD.image_size)
     parser.add_argument("--batch-size", type=int, default=SELFTEST_WORKLOAD.batch_size)
-    parser.add_argument("--threads", type=int, help="CPU threads per rank (default: the worker's)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads per rank; 0: the worker's default, the cores shared among the ranks "
+                             "(default 1)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
     parser.add_argument("--band-floor", type=float, default=0.05)
     parser.add_argument("--workdir", type=Path, default=Path("results") / "selftest")
@@ -294,8 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             sizes=args.sizes, cell=dataclasses.replace(SELFTEST_CELL, ranks=args.ranks, framework=args.framework),
             workload=SELFTEST_WORKLOAD.replace(steps=args.steps, warmup_steps=args.warmup_steps,
                                                image_size=args.image_size, batch_size=args.batch_size),
-            band_floor=args.band_floor, device=args.device, threads_per_rank=args.threads, workdir=args.workdir,
-            seed=args.seed)
+            band_floor=args.band_floor, device=args.device, threads_per_rank=args.threads or None,
+            workdir=args.workdir, seed=args.seed)
     except ValueError as error:
         parser.error(str(error))
     report = run_selftest(config, on_progress=lambda line: print(f"  [selftest] {line}", flush=True))

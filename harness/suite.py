@@ -8,13 +8,19 @@ import math
 import os
 import statistics
 import time
+import uuid
 from pathlib import Path
 from typing import Callable
 
 from .baselines import BaselineFile, Verdict, judge
 from .cells import (DEFAULT_MATRIX, PROFILES, AccuracyCell, AccuracySettings, Cell, Matrix, Workload,
                     accuracy_cells, parse_list, parse_ranks)
+from .breakdown import CellBreakdown, attribute_regression, cell_breakdown, has_breakdown
 from .dataset import DatasetError, ensure, validate_image_folder
+from .environment import capture as capture_environment
+from .fingerprint import fingerprint, fingerprint_differences, fingerprint_hash
+from .history import append as append_history
+from .history import make_row
 from .jsonio import write_json_atomic
 from .launchers import LAUNCHERS, Launcher, default_launcher_name
 from .frameworks import FRAMEWORKS
@@ -69,6 +75,10 @@ class SuiteOptions:
     """Independent measurements per cell; with --update-baselines their spread sets the band."""
     band_floor: float = 0.05
     """Narrowest band --repeat may derive."""
+    history_dir: Path | None = REPO / "history"
+    """Where each measured cell appends a line to ``<system>.jsonl``; None: no history."""
+    report: Path | None = None
+    """Directory for the HTML report of the session."""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -87,6 +97,8 @@ class CellResult:
     efficiency_source: str | None = None
     """"measured" (reference cell in this run), "baseline", or "by definition" (the reference cell)."""
     verdicts: list[Verdict] = dataclasses.field(default_factory=list)
+    fingerprint: dict | None = None
+    breakdown: CellBreakdown | None = None
 
     @property
     def run(self) -> CellRun:
@@ -115,7 +127,9 @@ class CellResult:
             "throughput": _estimate_json(self.throughput), "efficiency": _estimate_json(self.efficiency),
             "efficiency_source": self.efficiency_source,
             "verdict": self.verdict, "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
-            "config_hash": self.config_hash, "orphans_killed": [pid for run in self.runs for pid in run.orphans_killed],
+            "config_hash": self.config_hash, "fingerprint": self.fingerprint,
+            "breakdown": self.breakdown.to_json() if self.breakdown else None,
+            "orphans_killed": [pid for run in self.runs for pid in run.orphans_killed],
             "records": self.records or self.run.records,
         }
 
@@ -226,6 +240,9 @@ class Suite:
             raise SuiteError(str(error)) from None
         self.baselines = BaselineFile.load(options.baselines_dir / f"{self.system}.json", self.system)
         self._workload = self.workload()
+        self._provenance = provenance(REPO)
+        self._environment = capture_environment()
+        self.run_id = uuid.uuid4().hex[:12]
         self.limits = RunLimits(**{name: value for name, value in (("timeout_s", options.cell_timeout),
                                                                     ("heartbeat_s", options.hang_timeout))
                                    if value is not None})
@@ -280,9 +297,20 @@ class Suite:
                 on_progress(f"{cell.id}: measuring again (interval +-{result.throughput.half_width_rel:.1%}, "
                             f"verdict {result.verdict})")
         self.results.append(result)
+        self._append_history(result)
         if self.options.results_json:
             self.write_results(self.options.results_json)
         return result
+
+    def _append_history(self, result: CellResult) -> None:
+        """One line per measured cell in ``history/<system>.jsonl``, written as soon as it is known."""
+        if self.options.history_dir is None:
+            return
+        row = make_row(result.cell.id, run_id=self.run_id, verdict=result.verdict, throughput=result.throughput,
+                       efficiency=result.efficiency, git_commit=self._provenance["git_commit"],
+                       fingerprint=fingerprint_hash(result.fingerprint) if result.fingerprint else None,
+                       launcher=result.run.launcher, ranks=result.cell.ranks, runs=len(result.runs))
+        append_history(self.options.history_dir / f"{self.system}.jsonl", [row])
 
     def _evaluate(self, result: CellResult) -> None:
         per_run = []
@@ -294,6 +322,9 @@ class Suite:
             result.warmup_dropped.append(dropped)
         result.records = pool_runs(per_run)
         result.metrics = summarize(result.records)
+        result.fingerprint = fingerprint(result.records, dataclasses.asdict(self._workload), result.cell.id,
+                                         config_hash=result.config_hash)
+        result.breakdown = cell_breakdown(result.records) if has_breakdown(result.records) else None
         result.throughput = throughput_interval(*self._samples(result))
         result.efficiency, result.efficiency_source = self._efficiency(result)
         result.verdicts = self._judge(result)
@@ -330,11 +361,17 @@ class Suite:
             differs = _config_differences(entry.get("config", {}), dataclasses.asdict(self._workload))
             return [Verdict(kind="stale", message=f"baseline measured with another configuration ({differs}); "
                                                   "re-record it with --update-baselines")]
+        if entry.get("fingerprint") and (differs := fingerprint_differences(entry["fingerprint"], result.fingerprint)):
+            return [Verdict(kind="stale", message=f"baseline measured on another stack or machine ({'; '.join(differs)}); "
+                                                  "re-record it with --update-baselines")]
         verdicts = [judge(result.throughput, self.baselines.reference(result.cell.id, "throughput"),
                           metric="throughput")]
         efficiency_reference = self.baselines.reference(result.cell.id, "efficiency")
         if result.efficiency is not None and efficiency_reference and result.efficiency_source != "by definition":
             verdicts.append(judge(result.efficiency, efficiency_reference, metric="efficiency"))
+        if result.breakdown and entry.get("breakdown") and any(v.failed for v in verdicts):
+            moved = attribute_regression(result.breakdown.slowest, entry["breakdown"])
+            verdicts = [dataclasses.replace(v, message=f"{v.message}; {moved}") if v.failed else v for v in verdicts]
         return verdicts
 
     def measure_accuracy(self, cell: AccuracyCell,
@@ -358,14 +395,17 @@ class Suite:
         return result
 
     # -- after the cells -------------------------------------------------------------------------
+    def results_document(self) -> dict:
+        return {
+            "system": getattr(self, "system", None), "launcher": self.launcher_name, "run_id": self.run_id,
+            "workload": dataclasses.asdict(self._workload) if self._prepared else None,
+            "provenance": self._provenance, "environment": self._environment,
+            "cells": [result.to_json() for result in self.results],
+        }
+
     def write_results(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, {
-            "system": getattr(self, "system", None), "launcher": self.launcher_name,
-            "workload": dataclasses.asdict(self._workload) if self._prepared else None,
-            "provenance": provenance(REPO),
-            "cells": [result.to_json() for result in self.results],
-        })
+        write_json_atomic(path, self.results_document())
 
     def update_baselines(self) -> list[str]:
         """Write the completed cells into the baseline file. A cell measured several times
@@ -373,14 +413,15 @@ class Suite:
         by_cell: dict[Cell, list[CellResult]] = {}
         for result in self.results:
             by_cell.setdefault(result.cell, []).append(result)
-        shared = provenance(REPO)
+        shared = self._provenance
         entries = []
         for cell, results in by_cell.items():
             if not all(r.ok for r in results):
                 continue  # a cell that failed in any repeat keeps its old baseline
             last = results[-1]
             entry = {"cell": cell.id, "metrics": {}, "bands": {}, "config_hash": last.config_hash,
-                     "config": dataclasses.asdict(self._workload),
+                     "config": dataclasses.asdict(self._workload), "fingerprint": last.fingerprint,
+                     "breakdown": last.breakdown.slowest.to_json() if last.breakdown else None,
                      "provenance": {**shared, "launcher": last.run.launcher, "ranks": cell.ranks}}
             for metric in ("throughput", "efficiency"):
                 values = [getattr(r, metric).value for r in results

@@ -7,6 +7,8 @@ import shutil
 import socket
 import subprocess
 
+from . import allocation
+
 
 def slurm_cluster_name(env=os.environ) -> str | None:
     if env.get("SLURM_CLUSTER_NAME"):
@@ -30,11 +32,11 @@ def detect_system(explicit: str | None, env=os.environ) -> str:
 
 
 def rank_capacity(uses_gpus: bool, env=os.environ) -> tuple[int, str]:
-    """How many ranks fit, and in words where that number comes from."""
-    if "SLURM_JOB_ID" in env:
-        tasks = env.get("SLURM_NTASKS") or env.get("SLURM_NPROCS")
-        if tasks:
-            return int(tasks), f"the Slurm allocation {env['SLURM_JOB_ID']} holds {tasks} tasks"
+    """How many ranks fit, and in words where that number comes from: the Slurm allocation's tasks,
+    GPUs (one rank per GPU) or CPUs inside one, else this machine's GPUs or cores."""
+    slurm_allocation = allocation.from_env(env)
+    if slurm_allocation is not None:
+        return slurm_allocation.capacity(uses_gpus)
     if uses_gpus:
         import torch
 

@@ -84,8 +84,9 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
     """Run ``warmup_steps`` untimed then ``steps`` timed training steps; return this rank's samples.
 
     With a ``probe``, ``probe_steps`` local compute probes run on the last warm-up batch just before
-    the timed window and again just after it (outside ``window_s``), so that a drift in the
-    machine's speed during the window shows as a spread of the probes.
+    the timed window and on the last timed batch just after it (outside ``window_s``), so that a
+    drift in the machine's speed during the window shows as a spread of the probes. The probes never
+    take a batch of their own: every step sees the batches it would see without them.
     """
     sync = device_sync(device)
     stream = iter(batches)
@@ -99,9 +100,7 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
     batch = None
     for phase, count in (("warmup", warmup_steps), ("timed", steps)):
         if phase == "timed":
-            if probe is not None:
-                if batch is None:  # no warm-up step: probe on the first batch
-                    batch = next(stream)
+            if probe is not None and batch is not None:  # without warm-up, only after the window
                 probes += _probe(probe, batch, probe_steps, sync)
             adapter.barrier()  # every rank starts the timed window together
             window_start = time.perf_counter()
@@ -135,7 +134,8 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
         "optimizer": optimizer,
     }
     if probe is not None:
-        probes += _probe(probe, batch, probe_steps, sync)
+        if batch is not None:
+            probes += _probe(probe, batch, probe_steps, sync)
         probe.close()
         samples["compute_probe"] = probes
     return samples

@@ -19,7 +19,7 @@ def suite(pytester):
     baselines = pytester.path / "baselines"
 
     def run(*args):
-        return pytester.runpytest_subprocess("-p", "harness.plugin", "-p", "no:cacheprovider", "-m", "scaling",
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "scaling",
                                              "--system", "testsys", "--baselines-dir", str(baselines),
                                              "--launcher", "torchrun", *TINY_FLAGS, *args)
 
