@@ -140,6 +140,9 @@ class BaselineFile:
                 else:
                     changes.append(f"{cell_id}: {metric} {before:.4g} -> {value:.4g} ({(value / before - 1):+.1%})")
             new.update(config_hash=result["config_hash"], config=result["config"], provenance=result["provenance"])
+            for optional in ("fingerprint", "breakdown"):
+                if result.get(optional):
+                    new[optional] = result[optional]
             data["cells"][cell_id] = new
         return data, changes
 

@@ -47,7 +47,8 @@ def summarize(records: list[dict]) -> CellMetrics:
     )
 
 
-STEP_SERIES = ("step_times", "data_wait", "losses")
+STEP_SERIES = ("step_times", "data_wait", "losses", "fwd_bwd", "optimizer")
+POOLED_SERIES = STEP_SERIES + ("compute_probe",)
 
 
 def drop_leading_steps(records: list[dict], count: int) -> list[dict]:
@@ -70,8 +71,9 @@ def pool_runs(runs: list[list[dict]]) -> list[dict]:
             if previous is None:
                 pooled[record["rank"]] = dict(record)
                 continue
-            for key in STEP_SERIES:
-                previous[key] = previous[key] + record[key]
+            for key in POOLED_SERIES:
+                if key in record:
+                    previous[key] = previous.get(key, []) + record[key]
             previous["images"] += record["images"]
             previous["window_s"] += record["window_s"]
     return [pooled[rank] for rank in sorted(pooled)]

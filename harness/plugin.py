@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from .baselines import BaselineError
-from .report import junit_properties, write_report
+from .report import DEFAULT_COLLECTIVES, junit_properties, write_report
 from .suite import Suite, SuiteError, SuiteOptions, format_table
 
 SUITE_KEY = pytest.StashKey[Suite]()
@@ -207,6 +207,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if suite.options.results_json:
         terminalreporter.write_line(f"results written to {suite.options.results_json}")
     if suite.options.report:
-        index = write_report(suite.results_document(), suite.options.report)
+        index = write_report(suite.results_document(), suite.options.report,
+                             collectives=DEFAULT_COLLECTIVES if DEFAULT_COLLECTIVES.exists() else None)
         terminalreporter.write_line(f"report written to {index}")
 

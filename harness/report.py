@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .breakdown import PARTS, BreakdownUnavailable, breakdown_rows, cell_breakdown
-from .collectives import gradient_bytes, load_collectives, lower_bound_rows, parameter_count, peak_busbw, \
-    RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s
+from .collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes, load_collectives,
+                          lower_bound_rows, parameter_count, peak_busbw)
 from .plots import estimate, write_all
 from .projection import projection_rows, reference_rows, time_to_train_s
 
@@ -132,7 +132,6 @@ def _breakdown_section(cells: Sequence[Mapping]) -> str:
              "optimizer = the optimizer step. sum/step near 1 says the parts add up to the measured step. The "
              "slowest rank is the one with the most local work: the all-reduce makes its peers wait, and they show "
              "the wait as communication.</p>"]
-    shown = 0
     for cell in cells:
         try:
             breakdown = cell_breakdown(cell.get("records") or [])
@@ -140,11 +139,8 @@ def _breakdown_section(cells: Sequence[Mapping]) -> str:
             parts.append(f"<h3>{html.escape(cell['cell'])}</h3><p class='note'>no breakdown: "
                          f"{html.escape(str(error))}</p>")
             continue
-        shown += 1
         parts.append(f"<h3>{html.escape(cell['cell'])}</h3>")
         parts.append(_table(breakdown_rows(breakdown)))
-        if cell.get("attribution"):
-            parts.append(f"<p><b>Against the baseline:</b> {html.escape(cell['attribution'])}</p>")
     return "\n".join(parts) if cells else ""
 
 

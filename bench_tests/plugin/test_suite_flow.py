@@ -21,7 +21,8 @@ def suite(pytester):
     def run(*args):
         return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "scaling",
                                              "--system", "testsys", "--baselines-dir", str(baselines),
-                                             "--launcher", "torchrun", *TINY_FLAGS, *args)
+                                             "--launcher", "torchrun", "--frameworks", "ddp", "--no-history",
+                                             *TINY_FLAGS, *args)
 
     run.baseline_file = baselines / "testsys.json"
     return run
@@ -76,7 +77,7 @@ def test_corrupt_baseline_is_named_and_never_overwritten(suite):
     (["--launcher", "aprun"], "*unknown launcher 'aprun'; valid names: srun, mpirun, torchrun, horovodrun, deepspeed*"),
 ])
 def test_unknown_names_are_usage_errors(suite, flags, message):
-    result = suite(*flags)
+    result = suite(*flags)  # the last --frameworks given wins
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
 

@@ -86,7 +86,8 @@ def test_cpu_cells_get_the_tasks_else_the_cpus_of_the_allocation():
     assert rank_capacity(False, LOCAL_CPU_ONLY) == (2, "the Slurm allocation 118 (1 node(s)) holds 2 task(s)")
     no_tasks = {"SLURM_JOB_ID": "5", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_CPUS_PER_NODE": "8(x2)",
                 "SLURM_TASKS_PER_NODE": "1(x2)"}
-    assert rank_capacity(False, no_tasks) == (16, "the Slurm allocation 5 (2 node(s)) holds 16 CPU(s) and no task count")
+    assert rank_capacity(False, no_tasks) == (16, "the Slurm allocation 5 (2 node(s)) holds 16 CPU(s) and no task "
+                                                  "count")
 
 
 def test_the_suite_skips_a_cell_that_does_not_fit_with_the_capacity_reason():

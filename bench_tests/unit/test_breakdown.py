@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from harness.breakdown import (PARTS, Breakdown, BreakdownUnavailable, CellBreakdown, as_breakdown,
+from harness.breakdown import (Breakdown, BreakdownUnavailable, CellBreakdown, as_breakdown,
                                attribute_regression, breakdown_rows, cell_breakdown, has_breakdown, rank_breakdown)
 from harness.frameworks.base import FrameworkAdapter
 from harness.trainloop import ComputeProbe, DelayedBatches, train
