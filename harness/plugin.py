@@ -50,6 +50,8 @@ OPTIONS = (
                                            "clear verdict (default 45)", float),
     ("--repeat", "repeat", "independent measurements per cell; with --update-baselines the band is derived "
                            "from their spread (default 1)", int),
+    ("--launch-env-file", "launch_env_file", "NAME=VALUE lines every rank of every cell gets, e.g. "
+                                             "NCCL_SOCKET_IFNAME (default: $DLSCALE_ENV_FILE)", Path),
     ("--hang-timeout", "hang_timeout", "seconds without progress from any rank before a cell counts as hung "
                                        "(default 180)", float),
 )
@@ -61,6 +63,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(flag, dest=f"dlscale_{dest}", type=kind, default=None, help=help_text)
     group.addoption("--update-baselines", dest="dlscale_update_baselines", action="store_true",
                     help="record the completed cells' figures as the system's new baselines")
+    group.addoption("--launch-env", dest="dlscale_launch_env", action="append", default=[], metavar="NAME=VALUE",
+                    help="a variable every rank gets, over --launch-env-file (repeatable)")
     group.addoption("--no-history", dest="dlscale_no_history", action="store_true",
                     help="do not append this session's cells to the history store")
 
@@ -81,6 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
     values.setdefault("workdir", Path(config.rootpath) / "results" / "cells")
     if config.getoption("dlscale_no_history"):
         values["history_dir"] = None
+    values["launch_env"] = tuple(config.getoption("dlscale_launch_env"))
     try:
         config.stash[SUITE_KEY] = Suite(SuiteOptions(update_baselines=config.getoption("dlscale_update_baselines"),
                                                      **values))

@@ -135,7 +135,8 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
         shutil.rmtree(outdir)
     outdir.mkdir(parents=True)
     spec = {"cell": dataclasses.asdict(cell), "workload": dataclasses.asdict(workload) if workload else None,
-            "output_dir": str(outdir.resolve()), **(spec_extra or {})}
+            "output_dir": str(outdir.resolve()), "launch_environment": sorted(launcher.environment),
+            **(spec_extra or {})}
     spec_path = outdir / "spec.json"
     write_json_atomic(spec_path, spec)
 

@@ -22,6 +22,7 @@ from .fingerprint import fingerprint, fingerprint_differences, fingerprint_hash
 from .history import append as append_history
 from .history import make_row
 from .jsonio import write_json_atomic
+from .allocation import launch_environment
 from .launchers import LAUNCHERS, Launcher, default_launcher_name
 from .frameworks import FRAMEWORKS
 from .loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
@@ -79,6 +80,10 @@ class SuiteOptions:
     """Where each measured cell appends a line to ``<system>.jsonl``; None: no history."""
     report: Path | None = None
     """Directory for the HTML report of the session."""
+    launch_env: tuple[str, ...] = ()
+    """``NAME=VALUE`` settings every rank gets (``--launch-env``), over those of ``launch_env_file``."""
+    launch_env_file: Path | None = None
+    """A site's launch environment file (``--launch-env-file``, else ``$DLSCALE_ENV_FILE``)."""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -178,6 +183,7 @@ class Suite:
             )
             if options.launcher:
                 LAUNCHERS.check(options.launcher)
+            self.launch_environment = launch_environment(options.launch_env, options.launch_env_file, os.environ)
         except ValueError as error:
             raise SuiteError(str(error)) from None
         self._capacity: tuple[int, str] | None = None
@@ -229,7 +235,7 @@ class Suite:
             return
         options = self.options
         self.data_dir, self.tfrecord_dir = self._prepare_data()
-        self.launcher: Launcher = LAUNCHERS.create(self.launcher_name)
+        self.launcher: Launcher = LAUNCHERS.create(self.launcher_name, environment=self.launch_environment)
         reason = self.launcher.unavailable_reason()
         if reason:
             raise SuiteError(f"launcher {self.launcher_name} is not usable: {reason}. Choose another with "
@@ -400,6 +406,7 @@ class Suite:
             "system": getattr(self, "system", None), "launcher": self.launcher_name, "run_id": self.run_id,
             "workload": dataclasses.asdict(self._workload) if self._prepared else None,
             "provenance": self._provenance, "environment": self._environment,
+            "launch_environment": self.launch_environment,
             "cells": [result.to_json() for result in self.results],
         }
 

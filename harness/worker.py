@@ -111,6 +111,8 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
         "pid": os.getpid(),
         "device": str(device),
         "threads": threads,
+        # as this rank sees them: a launcher that drops the site's settings shows here
+        "launch_environment": {name: os.environ.get(name) for name in spec.get("launch_environment", ())},
         "framework_settings": framework_settings,
         "loader_settings": loader.settings(),
         "versions": package_versions(),

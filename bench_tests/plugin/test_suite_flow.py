@@ -29,7 +29,8 @@ def suite(pytester):
 
 
 def test_record_then_pass_against_the_new_baselines(suite, pytester):
-    first = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines", "--results-json", "r.json")
+    first = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines", "--results-json", "r.json",
+                  "--launch-env", "DLSCALE_SITE_CHECK=ib0")
     first.assert_outcomes(passed=2)
     first.stdout.fnmatch_lines(["*dlscale summary*", "*ddp-synthetic-resnet50-g1*torchrun*1.000*no-baseline*",
                                 "*ddp-synthetic-resnet50-g2*torchrun*no-baseline*",
@@ -39,6 +40,9 @@ def test_record_then_pass_against_the_new_baselines(suite, pytester):
     assert saved["cells"]["ddp-synthetic-resnet50-g2"]["provenance"]["launcher"] == "torchrun"
     results = json.loads((pytester.path / "r.json").read_text())
     assert [len(cell["records"]) for cell in results["cells"]] == [1, 2]
+    assert results["launch_environment"] == {"DLSCALE_SITE_CHECK": "ib0"}
+    assert {record["launch_environment"]["DLSCALE_SITE_CHECK"] for cell in results["cells"]
+            for record in cell["records"]} == {"ib0"}
 
     # A hand-widened band (this machine is shared, so timings swing) must survive the next update.
     for entry in saved["cells"].values():
@@ -58,7 +62,7 @@ def test_a_throughput_far_below_the_baseline_fails_the_cell(suite):
         "ddp-synthetic-resnet50-g1": {"throughput": {"value": 1e6, "lower": -0.1, "upper": 0.1, "unit": "img/s"}}}}))
     result = suite("--loaders", "synthetic", "--gpus", "1")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1 regressed: throughput*below the tolerated -10%*"])
+    result.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1 regressed: throughput*(band -10%)*whole interval below*"])
 
 
 def test_corrupt_baseline_is_named_and_never_overwritten(suite):
@@ -75,6 +79,7 @@ def test_corrupt_baseline_is_named_and_never_overwritten(suite):
     (["--loaders", "ffcv"], "*unknown loader 'ffcv'; valid names: synthetic, native*"),
     (["--models", "vgg"], "*unknown model 'vgg'; valid names: resnet50, resnet101, resnet152*"),
     (["--launcher", "aprun"], "*unknown launcher 'aprun'; valid names: srun, mpirun, torchrun, horovodrun, deepspeed*"),
+    (["--launch-env", "NCCL_SOCKET_IFNAME"], "*--launch-env: expected NAME=VALUE, got 'NCCL_SOCKET_IFNAME'*"),
 ])
 def test_unknown_names_are_usage_errors(suite, flags, message):
     result = suite(*flags)  # the last --frameworks given wins

@@ -1,0 +1,337 @@
+"""Failure drills, timed. test_failures.py checks that a crashing, killed or hung rank fails its cell;
+these measure how long detection and clean-up take, interrupt a whole suite with Ctrl-C, and start
+cells on nodes that do not answer. Leftovers are found by scanning /proc, never by exit codes.
+
+Each drill prints one "[drill]" line with its timings (shown without -s) and records them as
+junit properties. Times are wall-clock seconds on this shared 2-core machine.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import harness.runner
+from harness.cells import Cell
+from harness.history import read as read_history
+from harness.launchers import SrunLauncher
+from harness.procs import processes_with_token
+from harness.runner import RunLimits, run_cell
+
+from ..conftest import TINY
+from .test_two_hosts import SUBNET, TwoHostTorchrun, hosts  # noqa: F401 - hosts is a fixture
+
+pytestmark = pytest.mark.launch
+REPO = Path(__file__).resolve().parents[2]
+CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=2)
+
+
+def report(request, drill: str, launcher: str, **timings: float | str) -> None:
+    """One line per drill on the terminal, past output capture, and the same as junit properties."""
+    words = "  ".join(f"{name.replace('_', ' ')} {value:.1f} s" if isinstance(value, float) else f"{name} {value}"
+                      for name, value in timings.items())
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\n[drill] {drill:<28} {launcher:<16} {words}", flush=True)
+    for name, value in timings.items():
+        request.node.user_properties.append((f"{drill}:{launcher}:{name}", value))
+
+
+def pids_with(needle: bytes, where: str = "environ") -> list[int]:
+    """Processes whose environ (or cmdline) holds ``needle``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if needle in (entry / where).read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+class Watch:
+    """Samples, ten times a second, which processes of one cell are alive (by the cell's spec path
+    on their command line) and which rank each worker is; and when the runner decided the cell was
+    over (its first SIGTERM to the launcher, or its orphan sweep)."""
+
+    def __init__(self, spec_path: Path, monkeypatch):
+        self.needle = str(spec_path).encode()
+        self.seen: dict[int, dict] = {}
+        self.decided: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        for name in ("_terminate", "kill_processes_with_token"):
+            original = getattr(harness.runner, name)
+            monkeypatch.setattr(harness.runner, name, self._marking(original))
+
+    def _marking(self, function):
+        def marked(*args, **kwargs):
+            self.decided = self.decided or time.time()
+            return function(*args, **kwargs)
+        return marked
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self):
+        while not self._stop.is_set():
+            now = time.time()
+            for pid in pids_with(self.needle, "cmdline"):
+                entry = self.seen.setdefault(pid, {"first": now, "rank": _rank_of(pid)})
+                entry["last"] = now
+            self._stop.wait(0.1)
+
+    def worker_last_seen(self, rank: int) -> float:
+        return max(e["last"] for e in self.seen.values() if e["rank"] == rank)
+
+    def all_gone(self) -> float:
+        return max(e["last"] for e in self.seen.values()) + 0.1
+
+
+def _rank_of(pid: int) -> int | None:
+    """A worker's rank from its environment (torchrun's RANK, Slurm's SLURM_PROCID); None for the
+    launcher processes themselves."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        items = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        environ = dict(item.split(b"=", 1) for item in items if b"=" in item)
+    except OSError:
+        return None
+    if b"harness.worker" not in cmdline or b"torch.distributed.run" in cmdline or cmdline.startswith(b"srun"):
+        return None
+    value = environ.get(b"RANK") or environ.get(b"SLURM_PROCID")
+    return int(value) if value is not None else None
+
+
+def last_progress(outdir: Path) -> float:
+    """The last heartbeat any rank wrote (ranks write at most once a second)."""
+    return max(json.loads(p.read_text())["time"] for p in outdir.glob("progress-*.json"))
+
+
+# -- (a) killed and hung ranks: time to detect and to clean up -----------------------------------
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"], indirect=True)
+@pytest.mark.parametrize("fault", ["exit", "hang"])
+def test_time_to_detect_and_clean_up_a_failed_rank(launcher, fault, tmp_path, monkeypatch, request):
+    # The heartbeat also covers start-up (imports, model, rendezvous) on this shared 2-core machine.
+    heartbeat = 30.0 if fault == "hang" else 120.0
+    fault_spec = {"rank": 0 if fault == "exit" else 1, "kind": fault, "at_step": 2}
+    for _ in range(3):
+        with Watch(tmp_path / CELL.id / "spec.json", monkeypatch) as watch:
+            run = run_cell(CELL, TINY, launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=heartbeat),
+                           spec_extra={"fault": fault_spec})
+            returned = time.time()
+            time.sleep(0.3)
+        if not queued_too_long(run):
+            break
+    else:
+        pytest.skip("the shared Slurm cluster kept the cell queued past the heartbeat three times")
+    assert run.status == ("failed" if fault == "exit" else "hung"), run.error
+    assert list((tmp_path / CELL.id).glob("progress-*.json")), run.error
+    assert processes_with_token(run.token) == [] and pids_with(run.token.encode()) == []
+    # A killed rank's fault is the moment its process vanished; a hang's is its last heartbeat.
+    struck = watch.worker_last_seen(0) if fault == "exit" else last_progress(tmp_path / CELL.id)
+    gone = watch.all_gone()
+    report(request, f"{'killed' if fault == 'exit' else 'hung'} rank", launcher.name,
+           fault_to_runner_decided=watch.decided - struck, fault_to_all_gone=gone - struck,
+           fault_to_returned=returned - struck, runner_clean_up=returned - watch.decided,
+           orphans_swept=len(run.orphans_killed))
+    if fault == "exit":
+        assert watch.decided - struck < 15, "a killed rank took too long to notice"
+    else:
+        assert heartbeat - 1.5 < watch.decided - struck < heartbeat + 5, "a hang was stopped at the wrong time"
+    assert gone <= returned + 0.2 and returned - watch.decided < 20
+
+
+def queued_too_long(run) -> bool:
+    """Other users' jobs share this one-node cluster: a cell that waited in the queue past the
+    heartbeat counts as hung before any rank started. That is not the drill: run it again."""
+    return run.status == "hung" and "never reported" in run.error and "queued and waiting" in run.error
+
+
+# -- (b) Ctrl-C of pytest in the middle of the scaling suite --------------------------------------
+
+@pytest.mark.parametrize("presses", [1, 2], ids=["ctrl-c", "ctrl-c-twice"])
+def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, request, presses):
+    """Ctrl-C once, and twice (an impatient user: the second lands while the first is still ending
+    the running cell's processes), once the first cell finished and the second has started."""
+    shutil.copy(REPO / "bench_tests" / "scaling" / "test_scaling.py", tmp_path / "test_scaling.py")
+    mark = uuid.uuid4().hex
+    results, baselines, history = tmp_path / "r.json", tmp_path / "baselines", tmp_path / "history"
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling",
+               "--system", "drillsys", "--baselines-dir", str(baselines), "--launcher", "torchrun",
+               "--frameworks", "ddp", "--loaders", "synthetic", "--gpus", "1,2", "--results-json", str(results),
+               "--history-dir", str(history),
+               "--update-baselines", "--measure-budget", "0", "--image-size", str(TINY.image_size),
+               "--batch-size", str(TINY.batch_size), "--steps", "30", "--warmup-steps", str(TINY.warmup_steps),
+               "--num-workers", str(TINY.num_workers)]
+    env = dict(os.environ, DLSCALE_DRILL_MARK=mark,
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    second = tmp_path / "results" / "cells" / "ddp-synthetic-resnet50-g2"
+    with open(tmp_path / "pytest.log", "wb") as log:
+        # Its own session, like a terminal's foreground job: Ctrl-C goes to the whole process group.
+        suite = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (results.exists() and list(second.glob("progress-*.json"))):
+            assert suite.poll() is None, f"the suite ended early:\n{(tmp_path / 'pytest.log').read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "the first cell did not finish in 300 s"
+            time.sleep(0.2)
+        interrupted, exited = _press_ctrl_c(suite, presses, pause_s=0.5)
+    finally:
+        if suite.poll() is None:
+            os.killpg(suite.pid, signal.SIGKILL)
+    gone = _wait_until_none(mark.encode(), timeout_s=30)
+    log = (tmp_path / "pytest.log").read_text()
+    report(request, "Ctrl-C mid-suite" + (" (twice)" if presses == 2 else ""), "torchrun",
+           interrupt_to_pytest_exit=exited - interrupted,
+           interrupt_to_all_gone=max(gone, exited) - interrupted)
+
+    assert pids_with(mark.encode()) == [], "worker processes outlived the interrupted suite"
+    assert suite.returncode == pytest.ExitCode.INTERRUPTED, log[-3000:]
+    kept = json.loads(results.read_text())
+    assert [cell["cell"] for cell in kept["cells"]] == ["ddp-synthetic-resnet50-g1"]
+    assert kept["cells"][0]["status"] == "ok" and len(kept["cells"][0]["records"]) == 1
+    baseline_file = baselines / "drillsys.json"
+    if baseline_file.exists():  # the finished cell may be recorded; never a half-written file
+        assert set(json.loads(baseline_file.read_text())["cells"]) == {"ddp-synthetic-resnet50-g1"}
+    assert not list(baselines.glob(".*.tmp")) if baselines.exists() else True
+    rows, problems = read_history(history / "drillsys.jsonl")  # appended line by line: none torn
+    assert problems == [] and [row["cell"] for row in rows] == ["ddp-synthetic-resnet50-g1"]
+
+
+STUBBORN_CELL = """
+import sys
+from pathlib import Path
+from harness.cells import Cell
+from harness.launchers import Launcher
+from harness.runner import run_cell
+
+class Stubborn(Launcher):
+    # A job whose processes ignore SIGTERM (a rank saving a checkpoint, a process stuck in I/O):
+    # only the runner's SIGKILL and its token sweep end it.
+    name = executable = "stubborn"
+    def command(self, request):
+        return ["bash", "-c", "trap '' TERM INT; sleep 300 & wait; wait"]
+
+print("started", flush=True)
+run_cell(Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1), None, Stubborn(),
+         workdir=Path(sys.argv[1]))
+"""
+
+
+def test_a_second_ctrl_c_does_not_cut_the_clean_up_short(tmp_path, request):
+    """Ctrl-C, then Ctrl-C again while the runner waits for the launcher to honour the first: the
+    runner must still SIGKILL the launcher and sweep the cell's processes before it gives up."""
+    mark = uuid.uuid4().hex
+    env = dict(os.environ, DLSCALE_DRILL_MARK=mark, PYTHONPATH=str(REPO))
+    script = subprocess.Popen([sys.executable, "-c", STUBBORN_CELL, str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert script.stdout.readline() == b"started\n"
+        _wait_until(lambda: len(pids_with(mark.encode())) >= 3, timeout_s=30)  # python, bash, sleep
+        interrupted, exited = _press_ctrl_c(script, 2, pause_s=1.0)
+    finally:
+        if script.poll() is None:
+            os.killpg(script.pid, signal.SIGKILL)
+    left = pids_with(mark.encode())
+    for pid in left:  # do not leave them to the next test
+        os.kill(pid, signal.SIGKILL)
+    report(request, "Ctrl-C twice, stubborn job", "(bash)", interrupt_to_exit=exited - interrupted,
+           left_behind=len(left))
+    assert left == [], "processes of the cell outlived the interrupted runner"
+
+
+def _press_ctrl_c(process: subprocess.Popen, presses: int, pause_s: float) -> tuple[float, float]:
+    """Ctrl-C to ``process``'s session ``presses`` times; when the first was sent and when it exited."""
+    interrupted = time.time()
+    for _ in range(presses):
+        os.killpg(process.pid, signal.SIGINT)
+        time.sleep(pause_s)
+    process.wait(timeout=120)
+    return interrupted, time.time()
+
+
+def _wait_until(condition, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.1)
+
+
+def _wait_until_none(needle: bytes, timeout_s: float) -> float:
+    deadline = time.monotonic() + timeout_s
+    while pids_with(needle) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return time.time()
+
+
+# -- (c) nodes that do not answer at launch ---------------------------------------------------------
+
+class SrunOnNodes(SrunLauncher):
+    """srun asked for named nodes (``--nodelist``)."""
+
+    def __init__(self, nodelist: str):
+        super().__init__()
+        self.nodelist = nodelist
+
+    def command(self, request):
+        command = super().command(request)
+        return [command[0], f"--nodelist={self.nodelist}", *command[1:]]
+
+
+@pytest.mark.parametrize("launcher", ["srun"], indirect=True)
+def test_srun_on_a_node_that_does_not_exist_fails_at_once_with_slurms_reason(launcher, tmp_path, request):
+    started = time.time()
+    run = run_cell(CELL, TINY, SrunOnNodes("dlscale-no-such-node"), workdir=tmp_path, limits=RunLimits(heartbeat_s=60))
+    took = time.time() - started
+    report(request, "srun to unknown node", "srun", launch_to_failed=took)
+    assert run.status == "failed"
+    assert "Invalid node name specified" in run.error and "never" not in run.error
+    assert took < 30
+    assert processes_with_token(run.token) == []
+
+
+@pytest.mark.parametrize("master, what", [(f"{SUBNET}.77", "no host at the address"),
+                                          (f"{SUBNET}.1", "host up, no agent listening")])
+def test_torchrun_rendezvous_with_a_master_that_does_not_answer_fails(hosts, tmp_path, request, master,  # noqa: F811
+                                                                      what):
+    """Only node 1's agent starts; its master is unreachable. torchrun's own rendezvous timeout
+    (``--rdzv-conf timeout=``, 600 s by default for a static rendezvous) ends it with an error."""
+    launcher = TwoHostTorchrun(hosts, node_ranks=(1,), master_addr=master, rendezvous_timeout_s=15)
+    started = time.time()
+    run = run_cell(CELL, TINY, launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=120))
+    took = time.time() - started
+    report(request, f"unreachable master: {what}", "torchrun (2 hosts)", launch_to_failed=took)
+    assert run.status == "failed", run.error
+    # torchrun's TCPStore client names the address it could not reach, or says it timed out.
+    assert any(words in run.error for words in ("failed to connect", "timed out", "Timeout")), run.error
+    assert took < 60
+    assert processes_with_token(run.token) == []
+
+
+def test_a_launch_that_never_starts_a_rank_is_ended_by_the_heartbeat(hosts, tmp_path, request):  # noqa: F811
+    """Without an agent timeout (torchrun's default waits 600 s), the runner's heartbeat bounds it."""
+    launcher = TwoHostTorchrun(hosts, node_ranks=(1,), master_addr=f"{SUBNET}.77", rendezvous_timeout_s=600)
+    started = time.time()
+    run = run_cell(CELL, TINY, launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=15))
+    took = time.time() - started
+    report(request, "unreachable master, no timeout", "torchrun (2 hosts)", launch_to_hung=took)
+    assert run.status == "hung"
+    assert "rank(s) 0, 1 never reported" in run.error
+    assert took < 30
+    assert processes_with_token(run.token) == []

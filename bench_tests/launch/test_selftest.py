@@ -1,0 +1,28 @@
+"""The power self-test's acceptance: unchanged reruns of a CPU cell never fail, and an injected 20%
+slowdown is caught in every run. 28 short launches, about 20 minutes on a 2-core machine, so it runs
+only when asked for: `pytest -m selftest bench_tests/launch/test_selftest.py`."""
+import pytest
+
+from harness.selftest import SELFTEST_WORKLOAD, SelftestConfig, format_report, run_selftest
+
+pytestmark = [pytest.mark.launch, pytest.mark.selftest]  # opt-in: pytest -m selftest
+SLOWDOWN = 0.2
+
+
+@pytest.mark.parametrize("launcher", ["torchrun"], indirect=True)
+def test_unchanged_reruns_never_fail_and_a_20_percent_slowdown_always_does(launcher, tmp_path):
+    config = SelftestConfig(launcher=launcher.name, repeats=10, baseline_runs=8, sizes=(SLOWDOWN,),
+                            workload=SELFTEST_WORKLOAD, workdir=tmp_path)
+    report = run_selftest(config)
+    text = format_report(report)
+    print(text)
+    unchanged, slowed = report.rows()
+    assert unchanged.counts["error"] == 0 and slowed.counts["error"] == 0, text
+    assert unchanged.counts["fail"] == 0, f"false alarms:\n{text}"
+    effect = SLOWDOWN / (1 + SLOWDOWN)
+    if -report.band[0] >= effect:
+        pytest.skip(f"this machine is too noisy now for the criterion: the band derived from "
+                    f"{config.baseline_runs} baseline runs reaches {report.band[0]:+.1%}, wider than the "
+                    f"slowdown's {-effect:+.1%} effect on throughput, so no verdict could catch it "
+                    f"(no false alarms, as required)\n{text}")
+    assert slowed.counts["fail"] == config.repeats, f"missed slowdowns:\n{text}"
