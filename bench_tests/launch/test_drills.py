@@ -335,3 +335,41 @@ def test_a_launch_that_never_starts_a_rank_is_ended_by_the_heartbeat(hosts, tmp_
     assert "rank(s) 0, 1 never reported" in run.error
     assert took < 30
     assert processes_with_token(run.token) == []
+
+
+# -- (d) the local Slurm cluster after its daemons died in the middle of a job ---------------------
+
+SLURM_STATE = Path(os.environ.get("DLSCALE_SLURM_STATE", "/var/lib/dlscale-slurm"))
+
+
+def test_local_slurm_comes_back_ready_after_its_daemons_died_mid_job(request):
+    """A machine restart, or killed daemons, leave a running job in slurmctld's saved state. The set-up
+    must bring back a cluster that runs jobs at once, not one whose node stays held by a recovered
+    job that has no processes left (until InactiveLimit cancels it, a minute or more later)."""
+    started_by_setup = SLURM_STATE / "started"
+    if os.geteuid() != 0 or "slurmctld" not in (started_by_setup.read_text() if started_by_setup.exists() else ""):
+        pytest.skip("needs root and the local cluster that ci/slurm/start.sh started")
+    name = f"dlscale-drill-{uuid.uuid4().hex[:8]}"
+    job = subprocess.Popen(["srun", "-n", "1", f"--job-name={name}", "sleep", "300"], start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_until(lambda: _job_state(name) == "RUNNING", timeout_s=60)
+        job_id = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True).stdout.strip()
+        doomed = [int((SLURM_STATE / f"{daemon}.pid").read_text()) for daemon in ("slurmctld", "slurmd")]
+        doomed += pids_with(f"[{job_id}.".encode(), "cmdline") + pids_with(f"SLURM_JOB_NAME={name}".encode())
+        for pid in doomed:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    restarted = time.time()
+    start = subprocess.run([str(REPO / "ci" / "slurm" / "start.sh")], capture_output=True, text=True, timeout=180)
+    ready = time.time()
+    report(request, "Slurm daemons killed mid-job", "srun", restart_to_ready=ready - restarted)
+    assert start.returncode == 0, start.stderr[-3000:]
+    assert ready - restarted < 30, "the restarted cluster kept its node for a job with no processes"
+    assert _job_state(name) == "" and pids_with(f"SLURM_JOB_NAME={name}".encode()) == []
+
+
+def _job_state(name: str) -> str:
+    return subprocess.run(["squeue", "-h", "-n", name, "-o", "%T"], capture_output=True, text=True).stdout.strip()

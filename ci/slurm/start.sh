@@ -75,14 +75,23 @@ if [[ "$(cat "$conf" 2>/dev/null)" != "$new" ]]; then
     printf '%s\n' "$new" > "$conf"
 fi
 
-if ! alive slurmctld; then
+# Both daemons start together, from a clean state (-c). Jobs saved by an earlier life of this
+# cluster (a machine restart, killed daemons) have no processes left, yet a recovered controller
+# keeps the node allocated to them until InactiveLimit cancels them; and a slurmd that outlived its
+# controller rejects the restarted job ids as replayed credentials.
+if ! alive slurmctld || ! alive slurmd; then
+    for daemon in slurmd slurmctld; do
+        alive "$daemon" || continue
+        log "stopping the $daemon left without its partner"
+        pkill -TERM -x "$daemon" || true
+        for _ in $(seq 100); do alive "$daemon" || break; sleep 0.1; done
+        alive "$daemon" && pkill -KILL -x "$daemon"
+    done
     log "starting slurmctld"
-    slurmctld -f "$conf" || fail "slurmctld did not start"
+    slurmctld -c -f "$conf" || fail "slurmctld did not start"
     started slurmctld
-fi
-if ! alive slurmd; then
     log "starting slurmd"
-    slurmd -f "$conf" || fail "slurmd did not start"
+    slurmd -c -f "$conf" || fail "slurmd did not start"
     started slurmd
 fi
 
