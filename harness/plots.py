@@ -122,7 +122,8 @@ def plot_scaling(cells: Sequence[Mapping], path: Path, *, metric: str = "through
         return None
     plt = _pyplot()
     models = list(series)
-    figure, panels = plt.subplots(1, len(models), figsize=(5.2 * len(models), 4.2), squeeze=False)
+    # Room on the right of each panel for its legend: a full matrix has twenty series.
+    figure, panels = plt.subplots(1, len(models), figsize=(8.2 * len(models), 4.6), squeeze=False)
     colors = _colors(framework for model in series.values() for framework, _ in model)
     for axes, model in zip(panels[0], models):
         ranks = []
@@ -149,7 +150,7 @@ def plot_scaling(cells: Sequence[Mapping], path: Path, *, metric: str = "through
             axes.set_ylim(bottom=0)
         _rank_axis(axes, ranks)
         axes.set_title(model)
-        axes.legend(fontsize=7)
+        axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     what = "Parallel efficiency E_G" if metric == "efficiency" else "Throughput"
     figure.suptitle(f"{what} vs ranks, bars: 95% CI where measured", fontsize=10)
     if published:
@@ -205,7 +206,7 @@ def plot_breakdown(cells: Sequence[Mapping], path: Path) -> Path | None:
     if not rows:
         return None
     plt = _pyplot()
-    figure, (seconds, shares) = plt.subplots(1, 2, figsize=(max(7.0, 1.1 * len(rows) + 4), 4.6))
+    figure, (seconds, shares) = plt.subplots(2, 1, figsize=(max(7.0, 0.4 * len(rows) + 2), 9.0), sharex=True)
     names = [f"{name}\n(rank {b.rank})" for name, b in rows]
     positions = range(len(rows))
     bottoms_s = [0.0] * len(rows)
@@ -221,13 +222,13 @@ def plot_breakdown(cells: Sequence[Mapping], path: Path) -> Path | None:
                  color="black", label="measured step")
     seconds.set_ylabel("seconds per step")
     shares.set_ylabel("% of the parts' sum")
+    shares.set_xticks(list(positions), labels=names, rotation=60, ha="right", fontsize=7)
     for axes in (seconds, shares):
-        axes.set_xticks(list(positions), labels=names, rotation=30, ha="right", fontsize=7)
         axes.grid(axis="y", alpha=0.3)
     handles, labels = seconds.get_legend_handles_labels()
     figure.suptitle("Where the step goes (slowest rank; communication = exposed, not hidden behind compute)",
                     fontsize=10)
-    figure.tight_layout(rect=(0, 0.08, 1, 1))
+    figure.tight_layout(rect=(0, 0.04, 1, 1))
     figure.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
     return _save(figure, path, layout=False)
 
