@@ -21,6 +21,18 @@ from .jsonio import write_json_atomic
 from .rankenv import RankInfo, read_rank_info
 
 
+def address_toward(host: str, port: int) -> str | None:
+    """This rank's own address on the route to ``host``: the interface its traffic to the rendezvous
+    leaves by. A UDP connect only picks the route; nothing is sent. None when there is no route."""
+    try:
+        family, _, _, _, target = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(target)
+            return probe.getsockname()[0]
+    except OSError:
+        return None
+
+
 class ProgressFile:
     """Heartbeat and progress for the runner: rewritten at most every ``interval`` seconds."""
 
@@ -108,6 +120,7 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
         "cell": cell.id,
         **dataclasses.asdict(rank),
         "host": socket.gethostname(),
+        "addr": address_toward(rank.master_addr, rank.master_port),
         "pid": os.getpid(),
         "device": str(device),
         "threads": threads,

@@ -134,8 +134,7 @@ def test_a_ddp_cell_runs_across_two_hosts(hosts, tmp_path):
     assert [r["host"] for r in records] == [f"{prefix}0", f"{prefix}1"]
     assert {r["master_addr"] for r in records} == {f"{SUBNET}.1"}
     assert [r["local_rank"] for r in records] == [0, 0] and {r["world_size"] for r in records} == {2}
-    if "addr" in records[0]:  # the rank's own address, once the worker records it
-        assert [r["addr"] for r in records] == [f"{SUBNET}.1", f"{SUBNET}.2"]
+    assert [r["addr"] for r in records] == [f"{SUBNET}.1", f"{SUBNET}.2"]  # each rank's own address
     assert all(r["images"] > 0 for r in records)
     assert processes_with_token(run.token) == []
     for node in (0, 1):
@@ -152,8 +151,7 @@ def test_a_ddp_cell_runs_as_a_two_node_slurm_job_step(hosts, two_node_slurm, tmp
                                                                        (1, "slurm", f"{prefix}1")]
     # The rendezvous address is the step's first node, as on a real cluster (rankenv).
     assert {r["master_addr"] for r in records} == {f"{prefix}0"}
-    if "addr" in records[0]:
-        assert [r["addr"] for r in records] == [f"{SUBNET}.1", f"{SUBNET}.2"]
+    assert [r["addr"] for r in records] == [f"{SUBNET}.1", f"{SUBNET}.2"]
     assert processes_with_token(run.token) == []
     # Slurm's daemons stay; slurmstepd ends within moments of its step.
     deadline = time.monotonic() + 15

@@ -60,3 +60,10 @@ def test_horovodrun_gloo_variables():
 def test_deepspeed_launcher_says_local_size():
     info = read_rank_info({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_SIZE": "2", **RENDEZVOUS})
     assert info.local_world_size == 2
+
+
+def test_a_ranks_own_address_is_the_one_its_route_to_the_rendezvous_leaves_by():
+    from harness.worker import address_toward
+
+    assert address_toward("127.0.0.1", 29500) == "127.0.0.1"
+    assert address_toward("no-such-host.invalid", 29500) is None
