@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from .jsonio import write_json_atomic
 from .stats import Estimate, verdict
+from .yardstick import normalise_estimate
 
 SCHEMA_VERSION = 1
 METRICS = {"throughput": "img/s", "efficiency": "", "accuracy": ""}
@@ -140,9 +141,11 @@ class BaselineFile:
                 else:
                     changes.append(f"{cell_id}: {metric} {before:.4g} -> {value:.4g} ({(value / before - 1):+.1%})")
             new.update(config_hash=result["config_hash"], config=result["config"], provenance=result["provenance"])
-            for optional in ("fingerprint", "breakdown"):
+            for optional in ("fingerprint", "breakdown", "yardstick"):
                 if result.get(optional):
                     new[optional] = result[optional]
+                else:  # the old one described the old figures
+                    new.pop(optional, None)
             data["cells"][cell_id] = new
         return data, changes
 
@@ -153,13 +156,24 @@ class BaselineFile:
         self.data = data
 
 
-def judge(measured: Estimate, reference: Reference | None, *, metric: str) -> Verdict:
+def judge(measured: Estimate, reference: Reference | None, *, metric: str, machine_speed: float | None = None,
+          raw_because: str = "") -> Verdict:
     """Judge a measured interval against its reference band (higher is better): pass, fail,
-    inconclusive (the interval straddles the band's lower edge) or faster."""
+    inconclusive (the interval straddles the band's lower edge) or faster.
+
+    ``machine_speed``: the machine's speed now relative to the baseline's, by the yardstick; the
+    interval is then judged normalised to the baseline's machine speed. ``raw_because``: why a
+    figure that could have been normalised was judged as measured, said in the verdict."""
     if reference is None:
         return Verdict(kind="no-baseline", message=f"no {metric} baseline")
-    result = verdict(measured, reference.value, reference.lower, reference.upper)
+    judged = normalise_estimate(measured, machine_speed)
+    result = verdict(judged, reference.value, reference.lower, reference.upper)
     note = " (default band: the baseline gives none)" if reference.defaulted else ""
-    relative = measured.value / reference.value - 1
-    return Verdict(kind=result.kind, message=f"{metric} {relative:+.1%} against baseline {reference.value:.4g} "
+    relative = judged.value / reference.value - 1
+    if machine_speed is not None:
+        how = (f" normalised to the baseline's machine speed (machine {machine_speed - 1:+.1%} by the yardstick; "
+               f"as measured {measured.value / reference.value - 1:+.1%})")
+    else:
+        how = f" as measured ({raw_because})" if raw_because else ""
+    return Verdict(kind=result.kind, message=f"{metric} {relative:+.1%}{how} against baseline {reference.value:.4g} "
                                              f"(band {reference.lower:+.0%}): {result.message}{note}")

@@ -29,6 +29,11 @@ from .stats import Estimate, change_points
 
 SCHEMA_VERSION = 1
 METRICS = ("throughput", "efficiency")
+DERIVED = {
+    "throughput-normalised": "throughput x yardstick_s: the throughput at a fixed machine speed, as CPU cells are judged",
+    "machine": "1 / yardstick_s: the machine's own speed by the yardstick, for a node that got slower",
+}
+"""Series computed from a line's ``yardstick_s`` (CPU cells; lines without one are left out)."""
 REQUIRED = {"cell": str, "run_id": str, "date": str, "verdict": str}
 DEFAULT_THRESHOLD = 0.05
 """A latest level this far below the level before it fails the report."""
@@ -157,24 +162,37 @@ class CellHistory:
         return bool(self.changes) and self.changes[-1].relative < -threshold
 
 
+def figure(row: Mapping, metric: str) -> float | None:
+    """A line's value of a stored metric (:data:`METRICS`) or a derived one (:data:`DERIVED`)."""
+    if metric in METRICS:
+        return (row.get(metric) or {}).get("value")
+    yardstick = row.get("yardstick_s")
+    if not (isinstance(yardstick, (int, float)) and not isinstance(yardstick, bool) and yardstick > 0):
+        return None
+    if metric == "machine":
+        return 1 / yardstick
+    throughput = figure(row, "throughput")
+    return None if throughput is None else throughput * yardstick
+
+
 def series(rows: Sequence[Mapping], metric: str = "throughput") -> dict[str, list[Night]]:
     """Each cell's nights in file order; rows without a value of ``metric`` (errors) are left out."""
-    if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; valid metrics: {', '.join(METRICS)}")
-    by_cell: dict[str, dict[str, list[Mapping]]] = {}
+    if metric not in METRICS and metric not in DERIVED:
+        raise ValueError(f"unknown metric {metric!r}; valid metrics: {', '.join([*METRICS, *DERIVED])}")
+    by_cell: dict[str, dict[str, list[tuple[Mapping, float]]]] = {}
     for row in rows:
-        value = (row.get(metric) or {}).get("value")
+        value = figure(row, metric)
         if value is None:
             continue
-        by_cell.setdefault(row["cell"], {}).setdefault(row["run_id"], []).append(row)
+        by_cell.setdefault(row["cell"], {}).setdefault(row["run_id"], []).append((row, value))
     result = {}
     for cell, runs in by_cell.items():
         nights = []
         for run_rows in runs.values():
-            first = run_rows[0]
+            first = run_rows[0][0]
             nights.append(Night(index=len(nights) + 1, run_id=first["run_id"], date=first["date"],
                                 git_commit=first.get("git_commit"), fingerprint=first.get("fingerprint"),
-                                value=statistics.median(float(r[metric]["value"]) for r in run_rows)))
+                                value=statistics.median(float(value) for _, value in run_rows)))
         result[cell] = nights
     return result
 
@@ -221,7 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.history", description=__doc__.split("\n\n")[0])
     parser.add_argument("path", type=Path, help="history/<system>.jsonl")
     parser.add_argument("--cell", help="only this cell id")
-    parser.add_argument("--metric", choices=METRICS, default="throughput")
+    parser.add_argument("--metric", choices=[*METRICS, *DERIVED], default="throughput",
+                        help="; ".join(f"{name}: {meaning}" for name, meaning in DERIVED.items()))
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help=f"relative drop of the latest level that fails (default {DEFAULT_THRESHOLD})")
     parser.add_argument("--min-nights", type=int, default=DEFAULT_MIN_NIGHTS,

@@ -48,7 +48,7 @@ def summarize(records: list[dict]) -> CellMetrics:
 
 
 STEP_SERIES = ("step_times", "data_wait", "losses", "fwd_bwd", "optimizer")
-POOLED_SERIES = STEP_SERIES + ("compute_probe",)
+POOLED_SERIES = STEP_SERIES + ("compute_probe", "yardstick")
 
 
 def drop_leading_steps(records: list[dict], count: int) -> list[dict]:

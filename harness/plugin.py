@@ -67,6 +67,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a variable every rank gets, over --launch-env-file (repeatable)")
     group.addoption("--no-history", dest="dlscale_no_history", action="store_true",
                     help="do not append this session's cells to the history store")
+    group.addoption("--no-yardstick", dest="dlscale_no_yardstick", action="store_true",
+                    help="judge CPU cells' throughput as measured, not normalised to the baseline's machine speed "
+                         "by the machine yardstick (e.g. to check the machine itself)")
 
 
 def _interrupt(signum, frame) -> None:
@@ -86,6 +89,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("dlscale_no_history"):
         values["history_dir"] = None
     values["launch_env"] = tuple(config.getoption("dlscale_launch_env"))
+    values["yardstick"] = not config.getoption("dlscale_no_yardstick")
     try:
         config.stash[SUITE_KEY] = Suite(SuiteOptions(update_baselines=config.getoption("dlscale_update_baselines"),
                                                      **values))

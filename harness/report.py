@@ -66,7 +66,7 @@ def _interval(found: tuple | None, digits: int) -> str:
 
 
 def summary_rows(cells: Sequence[Mapping]) -> tuple[list[list[str]], list[str]]:
-    rows = [["cell", "status", "img/s (95% CI)", "img/s/rank", "E_G (95% CI)", "step s", "runs", "verdict"]]
+    rows = [["cell", "status", "img/s (95% CI)", "img/s/rank", "E_G (95% CI)", "step s", "machine", "runs", "verdict"]]
     classes = []
     for cell in cells:
         metrics = cell.get("metrics") or {}
@@ -78,6 +78,7 @@ def summary_rows(cells: Sequence[Mapping]) -> tuple[list[list[str]], list[str]]:
         rows.append([cell["cell"], cell.get("status", "-"), _interval(throughput, 1),
                      f"{throughput[0] / ranks:.1f}" if throughput and ranks else "-", efficiency,
                      f"{metrics['step_time']:.4f}" if _number(metrics.get("step_time")) else "-",
+                     f"{cell['machine_speed'] - 1:+.1%}" if _number(cell.get("machine_speed")) else "-",
                      str(cell.get("runs", "-")), cell.get("verdict", "-")])
         classes.append({"fail": "fail", "error": "fail", "pass": "pass"}.get(cell.get("verdict"), ""))
     return rows, classes
@@ -101,6 +102,8 @@ def junit_properties(cell_result_json: Mapping) -> list[tuple[str, Any]]:
     metrics = cell.get("metrics") or {}
     if _number(metrics.get("step_time")):
         properties.append(("dlscale_step_s", _round(metrics["step_time"])))
+    if _number(cell.get("machine_speed")):
+        properties.append(("dlscale_machine_speed", _round(cell["machine_speed"])))
     try:
         breakdown = cell_breakdown(cell.get("records") or [])
     except BreakdownUnavailable:

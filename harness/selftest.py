@@ -13,6 +13,10 @@ every size alike. Each rerun is judged as the suite judges one launch of a cell:
 baseline's band. The judgement sees only the measured step times; it is never told whether a
 fault was injected.
 
+Every rerun is judged twice, from the same launch: against the baseline normalised by the machine
+yardstick (:mod:`harness.yardstick`: the suite's own judgement of a CPU cell), and raw, as measured.
+Side by side they show how much of the machine's drift the yardstick takes out.
+
 A slowdown of ``s`` (steps ``1 + s`` times as long) lowers throughput by ``s / (1 + s)``: 20%
 slower steps are 16.7% fewer images per second.
 """
@@ -33,6 +37,7 @@ from .launchers import LAUNCHERS
 from .metrics import drop_leading_steps
 from .runner import CellRun, RunLimits, run_cell
 from .stats import Estimate, Verdict, detect_warmup, throughput_interval, tolerance_from_repeats, verdict
+from .yardstick import Yardstick, from_records, normalise_estimate, speed_ratio
 
 SELFTEST_CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1)
 SELFTEST_WORKLOAD = Workload(image_size=32, batch_size=8, warmup_steps=3, steps=30, num_workers=1, num_classes=10)
@@ -41,6 +46,8 @@ DEFAULT_SIZES = (0.05, 0.1, 0.2)
 RELIABLE = 0.9
 """Detection rate at which a slowdown counts as caught reliably."""
 OUTCOMES = ("fail", "inconclusive", "pass", "faster", "error")
+JUDGINGS = ("yardstick", "raw")
+"""Normalised to the baseline's machine speed (the suite's judgement of a CPU cell), or as measured."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,6 +90,7 @@ class Measurement:
     status: str
     """The launch's status: "ok", "failed", "timeout" or "hung"."""
     throughput: Estimate | None
+    yardstick: Yardstick | None = None
     warmup_dropped: int = 0
     wall_s: float = 0.0
     error: str | None = None
@@ -91,12 +99,14 @@ class Measurement:
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Judged:
     measurement: Measurement
-    verdict: Verdict | None
-    """``None`` when the launch failed."""
+    verdicts: dict[str, Verdict]
+    """By judging (:data:`JUDGINGS`); empty when the launch failed."""
+    speed: float | None = None
+    """The machine's speed at this rerun relative to the baseline's, by the yardstick."""
 
-    @property
-    def outcome(self) -> str:
-        return self.verdict.kind if self.verdict else "error"
+    def outcome(self, judging: str) -> str:
+        found = self.verdicts.get(judging)
+        return found.kind if found else "error"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,36 +125,51 @@ class SizeRow:
         return self.counts["fail"] / judged if judged else float("nan")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Reference:
+    """What a baseline recorded from the self-test's baseline runs holds, for one judging."""
+
+    value: float
+    band: tuple[float, float]
+    runs: tuple[float, ...]
+    """The baseline runs' throughputs as this judging sees them."""
+
+
 @dataclasses.dataclass(kw_only=True)
 class SelftestReport:
     config: SelftestConfig
     baseline: list[Measurement]
-    reference: float
-    band: tuple[float, float]
+    references: dict[str, Reference]
+    """By judging; "yardstick" only when every baseline run timed the yardstick."""
     judged: list[Judged]
     wall_s: float
     load: tuple[float, float] | None = None
     """The machine's 1-minute load average when the self-test started and ended."""
 
-    def rows(self) -> list[SizeRow]:
+    @property
+    def judging(self) -> str:
+        """The suite's own judgement: normalised by the yardstick where there is one."""
+        return next(j for j in JUDGINGS if j in self.references)
+
+    def rows(self, judging: str | None = None) -> list[SizeRow]:
+        judging = judging or self.judging
         rows = []
         for size in (0.0, *self.config.sizes):
-            outcomes = [j.outcome for j in self.judged if j.measurement.slowdown == size]
+            outcomes = [j.outcome(judging) for j in self.judged if j.measurement.slowdown == size]
             rows.append(SizeRow(slowdown=size, counts={kind: outcomes.count(kind) for kind in OUTCOMES}))
         return rows
 
-    def minimum_detected(self, rate: float = RELIABLE) -> float | None:
+    def minimum_detected(self, rate: float = RELIABLE, judging: str | None = None) -> float | None:
         """Smallest injected slowdown failed in at least ``rate`` of its runs (and every larger one)."""
         found = None
-        for row in sorted(self.rows(), key=lambda r: -r.slowdown):
+        for row in sorted(self.rows(judging), key=lambda r: -r.slowdown):
             if row.slowdown == 0 or not row.fail_rate >= rate:
                 break
             found = row.slowdown
         return found
 
-    @property
-    def false_alarms(self) -> int:
-        return self.rows()[0].counts["fail"]
+    def false_alarms(self, judging: str | None = None) -> int:
+        return self.rows(judging)[0].counts["fail"]
 
 
 # --- judging one run ------------------------------------------------------------------------------
@@ -160,15 +185,40 @@ def measure(records: list[dict], seed: int = 0) -> tuple[Estimate, int]:
     return throughput_interval(steps, batches, seed=seed), dropped
 
 
-def judge(measurement: Measurement, reference: float, band: tuple[float, float]) -> Judged:
+def judge(measurement: Measurement, references: dict[str, Reference], machine: Yardstick | None = None) -> Judged:
+    """Judge one rerun under every judging ``references`` holds; ``machine``: the baseline's yardstick."""
     if measurement.throughput is None:
-        return Judged(measurement=measurement, verdict=None)
-    return Judged(measurement=measurement, verdict=verdict(measurement.throughput, reference, band[0], band[1]))
+        return Judged(measurement=measurement, verdicts={})
+    speed = speed_ratio(measurement.yardstick, machine)
+    verdicts = {}
+    for judging, reference in references.items():
+        if judging == "yardstick" and speed is None:
+            continue
+        measured = normalise_estimate(measurement.throughput, speed) if judging == "yardstick" else measurement.throughput
+        verdicts[judging] = verdict(measured, reference.value, *reference.band)
+    return Judged(measurement=measurement, verdicts=verdicts, speed=speed)
 
 
-def baseline_band(values: Sequence[float], floor_rel: float) -> tuple[float, tuple[float, float]]:
+def baseline_reference(values: Sequence[float], floor_rel: float) -> Reference:
     """The reference (mean) and band a baseline recorded from these runs would hold."""
-    return statistics.fmean(values), tolerance_from_repeats(values, floor_rel=floor_rel)
+    return Reference(value=statistics.fmean(values), band=tolerance_from_repeats(values, floor_rel=floor_rel),
+                     runs=tuple(values))
+
+
+def baseline_references(baseline: Sequence[Measurement], floor_rel: float) -> tuple[dict[str, Reference],
+                                                                                   Yardstick | None]:
+    """The references of both judgings, and the baseline's yardstick (``None`` if a run lacks one).
+
+    Normalised, each baseline run's throughput is brought to the runs' mean yardstick, as
+    ``--update-baselines --repeat N`` stores it, so the band holds only what the yardstick leaves."""
+    raw = [m.throughput.value for m in baseline]
+    references = {"raw": baseline_reference(raw, floor_rel)}
+    if not all(m.yardstick for m in baseline):
+        return references, None
+    machine = Yardstick(seconds=statistics.fmean(m.yardstick.seconds for m in baseline),
+                        spread=statistics.fmean(m.yardstick.spread for m in baseline))
+    normalised = [normalise_estimate(m.throughput, speed_ratio(m.yardstick, machine)).value for m in baseline]
+    return {"yardstick": baseline_reference(normalised, floor_rel), **references}, machine
 
 
 # --- running --------------------------------------------------------------------------------------
@@ -187,8 +237,8 @@ def launch(config: SelftestConfig, slowdown: float, launcher=None) -> Measuremen
     if not run.ok:
         return Measurement(slowdown=slowdown, status=run.status, throughput=None, wall_s=run.wall_s, error=run.error)
     estimate, dropped = measure(run.records)
-    return Measurement(slowdown=slowdown, status=run.status, throughput=estimate, warmup_dropped=dropped,
-                       wall_s=run.wall_s)
+    return Measurement(slowdown=slowdown, status=run.status, throughput=estimate, yardstick=from_records(run.records),
+                       warmup_dropped=dropped, wall_s=run.wall_s)
 
 
 def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | None = None) -> SelftestReport:
@@ -208,35 +258,47 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
         baseline.append(measurement)
         say(f"baseline {index + 1}/{config.baseline_runs}: {_interval(measurement.throughput)} img/s "
             f"({measurement.wall_s:.0f} s)")
-    reference, band = baseline_band([m.throughput.value for m in baseline], config.band_floor)
-    say(f"baseline {reference:.2f} img/s, band {band[0]:+.1%} / {band[1]:+.1%}")
+    references, machine = baseline_references(baseline, config.band_floor)
+    for judging, reference in references.items():
+        say(f"baseline ({judging}) {reference.value:.2f} img/s, band {reference.band[0]:+.1%} / {reference.band[1]:+.1%}")
 
     order = [size for size in (0.0, *config.sizes) for _ in range(config.repeats)]
     random.Random(config.seed).shuffle(order)
     judged = []
     for index, size in enumerate(order):
-        result = judge(launch(config, size, launcher), reference, band)
+        result = judge(launch(config, size, launcher), references, machine)
         judged.append(result)
         estimate = result.measurement.throughput
+        outcomes = ", ".join(f"{judging} {result.outcome(judging)}" for judging in references)
+        machine_speed = f", machine {result.speed - 1:+.1%}" if result.speed else ""
         say(f"rerun {index + 1}/{len(order)} slowdown {size:.0%}: "
-            f"{_interval(estimate) if estimate else result.measurement.status} -> {result.outcome}")
-    return SelftestReport(config=config, baseline=baseline, reference=reference, band=band, judged=judged,
+            f"{_interval(estimate) if estimate else result.measurement.status}{machine_speed} -> {outcomes}")
+    return SelftestReport(config=config, baseline=baseline, references=references, judged=judged,
                           wall_s=time.monotonic() - started, load=(load_before, os.getloadavg()[0]))
 
 
 # --- report ---------------------------------------------------------------------------------------
 
 
-def report_rows(report: SelftestReport) -> list[list[str]]:
-    table = [["slowdown", "expected img/s", "measured (median)", "runs", "fail", "inconclusive", "pass", "faster",
+def judged_value(judged: Judged, judging: str) -> float | None:
+    """The throughput the rerun was judged on: normalised to the baseline's machine, or raw."""
+    estimate = judged.measurement.throughput
+    if estimate is None or judging not in judged.verdicts:
+        return None
+    return normalise_estimate(estimate, judged.speed).value if judging == "yardstick" else estimate.value
+
+
+def report_rows(report: SelftestReport, judging: str | None = None) -> list[list[str]]:
+    judging = judging or report.judging
+    reference = report.references[judging].value
+    table = [["slowdown", "expected img/s", "judged (median)", "runs", "fail", "inconclusive", "pass", "faster",
               "error", "detection rate"]]
-    for row in report.rows():
-        expected = report.reference / (1 + row.slowdown)
+    for row in report.rows(judging):
+        expected = reference / (1 + row.slowdown)
         change = "baseline" if row.slowdown == 0 else f"{-row.slowdown / (1 + row.slowdown):+.1%}"
-        values = [j.measurement.throughput.value for j in report.judged
-                  if j.measurement.slowdown == row.slowdown and j.measurement.throughput]
-        measured = (f"{statistics.median(values):.2f} ({statistics.median(values) / report.reference - 1:+.1%})"
-                    if values else "-")
+        values = [value for j in report.judged if j.measurement.slowdown == row.slowdown
+                  and (value := judged_value(j, judging)) is not None]
+        measured = f"{statistics.median(values):.2f} ({statistics.median(values) / reference - 1:+.1%})" if values else "-"
         rate = "-" if row.runs == row.counts["error"] else f"{row.fail_rate:.0%}"
         if row.slowdown == 0:
             rate += " (false alarms)"
@@ -245,26 +307,40 @@ def report_rows(report: SelftestReport) -> list[list[str]]:
     return table
 
 
+TITLES = {"yardstick": "judged against the baseline normalised by the machine yardstick (the suite's judgement)",
+          "raw": "judged raw, as measured (machine drift included)"}
+
+
 def format_report(report: SelftestReport) -> str:
     from .suite import format_table
 
     c = report.config
-    values = [m.throughput.value for m in report.baseline]
     widths = [j.measurement.throughput.half_width_rel for j in report.judged if j.measurement.throughput]
-    minimum = report.minimum_detected()
     lines = [
         f"cell {c.cell.id} via {c.launcher}, {c.workload.image_size} px, batch {c.workload.batch_size}, "
         f"{c.workload.steps} timed steps ({c.workload.warmup_steps} warm-up), device {c.device}",
-        f"baseline: {len(values)} runs, mean {report.reference:.2f} img/s (runs {min(values):.2f} to "
-        f"{max(values):.2f}, cv {statistics.stdev(values) / report.reference:.1%}); band "
-        f"{report.band[0]:+.1%} / {report.band[1]:+.1%} (floor {c.band_floor:.0%})",
         f"reruns: median 95% interval +-{statistics.median(widths):.1%}" if widths else "reruns: none completed",
-        format_table(report_rows(report)),
-        f"minimum slowdown detected reliably (>= {RELIABLE:.0%} of runs): "
-        + (f"{minimum:.0%}" if minimum is not None else f"none of {', '.join(f'{s:.0%}' for s in c.sizes)}"),
-        f"false alarms: {report.false_alarms} of {report.rows()[0].runs} unchanged reruns; "
-        f"self-test took {report.wall_s / 60:.1f} min",
     ]
+    speeds = sorted(j.speed for j in report.judged if j.speed)
+    if speeds:
+        lines.append(f"machine speed by the yardstick, reruns against the baseline runs: median "
+                     f"{statistics.median(speeds) - 1:+.1%}, from {speeds[0] - 1:+.1%} to {speeds[-1] - 1:+.1%}")
+    for judging in report.references:
+        reference = report.references[judging]
+        runs = reference.runs
+        minimum = report.minimum_detected(judging=judging)
+        lines += [
+            "",
+            f"{judging}: {TITLES[judging]}",
+            f"baseline: {len(runs)} runs, mean {reference.value:.2f} img/s (runs {min(runs):.2f} to {max(runs):.2f}, "
+            f"cv {statistics.stdev(runs) / reference.value:.1%}); band {reference.band[0]:+.1%} / "
+            f"{reference.band[1]:+.1%} (floor {c.band_floor:.0%})",
+            format_table(report_rows(report, judging)),
+            f"minimum slowdown detected reliably (>= {RELIABLE:.0%} of runs): "
+            + (f"{minimum:.0%}" if minimum is not None else f"none of {', '.join(f'{s:.0%}' for s in c.sizes)}"),
+            f"false alarms: {report.false_alarms(judging)} of {report.rows(judging)[0].runs} unchanged reruns",
+        ]
+    lines.append(f"self-test took {report.wall_s / 60:.1f} min")
     if report.load:
         lines.append(f"load average {report.load[0]:.1f} at the start, {report.load[1]:.1f} at the end, on "
                      f"{os.cpu_count()} CPUs (a load above the CPU count means other work competed for them)")

@@ -33,6 +33,7 @@ from .provenance import provenance
 from .runner import CellRun, RunLimits, run_cell
 from .system import detect_system, rank_capacity
 from .tfrecord import TFRecordError, convert, open_tfrecord_set
+from .yardstick import Yardstick, from_records, normalise, speed_ratio
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATASET = Path(os.environ.get("DLSCALE_CACHE", Path.home() / ".cache" / "dlscale")) / "dataset"
@@ -76,6 +77,9 @@ class SuiteOptions:
     """Independent measurements per cell; with --update-baselines their spread sets the band."""
     band_floor: float = 0.05
     """Narrowest band --repeat may derive."""
+    yardstick: bool = True
+    """Judge a CPU cell's throughput normalised to its baseline's machine speed (harness.yardstick);
+    False judges it as measured, e.g. to check the machine itself."""
     history_dir: Path | None = REPO / "history"
     """Where each measured cell appends a line to ``<system>.jsonl``; None: no history."""
     report: Path | None = None
@@ -104,6 +108,10 @@ class CellResult:
     verdicts: list[Verdict] = dataclasses.field(default_factory=list)
     fingerprint: dict | None = None
     breakdown: CellBreakdown | None = None
+    yardstick: Yardstick | None = None
+    """The machine's speed during the cell's launches; ``None`` for GPU cells."""
+    machine_speed: float | None = None
+    """The machine's speed relative to the baseline's, when the throughput was judged normalised."""
 
     @property
     def run(self) -> CellRun:
@@ -134,6 +142,7 @@ class CellResult:
             "verdict": self.verdict, "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
             "config_hash": self.config_hash, "fingerprint": self.fingerprint,
             "breakdown": self.breakdown.to_json() if self.breakdown else None,
+            "yardstick": self.yardstick.to_json() if self.yardstick else None, "machine_speed": self.machine_speed,
             "orphans_killed": [pid for run in self.runs for pid in run.orphans_killed],
             "records": self.records or self.run.records,
         }
@@ -315,7 +324,9 @@ class Suite:
         row = make_row(result.cell.id, run_id=self.run_id, verdict=result.verdict, throughput=result.throughput,
                        efficiency=result.efficiency, git_commit=self._provenance["git_commit"],
                        fingerprint=fingerprint_hash(result.fingerprint) if result.fingerprint else None,
-                       launcher=result.run.launcher, ranks=result.cell.ranks, runs=len(result.runs))
+                       launcher=result.run.launcher, ranks=result.cell.ranks, runs=len(result.runs),
+                       yardstick_s=round(result.yardstick.seconds, 6) if result.yardstick else None,
+                       machine_speed=result.machine_speed)
         append_history(self.options.history_dir / f"{self.system}.jsonl", [row])
 
     def _evaluate(self, result: CellResult) -> None:
@@ -331,6 +342,7 @@ class Suite:
         result.fingerprint = fingerprint(result.records, dataclasses.asdict(self._workload), result.cell.id,
                                          config_hash=result.config_hash)
         result.breakdown = cell_breakdown(result.records) if has_breakdown(result.records) else None
+        result.yardstick = from_records(result.records)
         result.throughput = throughput_interval(*self._samples(result))
         result.efficiency, result.efficiency_source = self._efficiency(result)
         result.verdicts = self._judge(result)
@@ -370,8 +382,9 @@ class Suite:
         if entry.get("fingerprint") and (differs := fingerprint_differences(entry["fingerprint"], result.fingerprint)):
             return [Verdict(kind="stale", message=f"baseline measured on another stack or machine ({'; '.join(differs)}); "
                                                   "re-record it with --update-baselines")]
+        result.machine_speed, raw_because = self._machine_speed(result, entry)
         verdicts = [judge(result.throughput, self.baselines.reference(result.cell.id, "throughput"),
-                          metric="throughput")]
+                          metric="throughput", machine_speed=result.machine_speed, raw_because=raw_because)]
         efficiency_reference = self.baselines.reference(result.cell.id, "efficiency")
         if result.efficiency is not None and efficiency_reference and result.efficiency_source != "by definition":
             verdicts.append(judge(result.efficiency, efficiency_reference, metric="efficiency"))
@@ -379,6 +392,20 @@ class Suite:
             moved = attribute_regression(result.breakdown.slowest, entry["breakdown"])
             verdicts = [dataclasses.replace(v, message=f"{v.message}; {moved}") if v.failed else v for v in verdicts]
         return verdicts
+
+    def _machine_speed(self, result: CellResult, entry: dict) -> tuple[float | None, str]:
+        """The machine's speed relative to the baseline's to normalise the throughput by, or why none.
+
+        The efficiency is not normalised: its two throughputs come from the same session, so a
+        drift in the machine's speed mostly cancels in their ratio."""
+        if result.yardstick is None:
+            return None, ""  # a GPU cell: no CPU yardstick can speak for it
+        if not self.options.yardstick:
+            return None, "--no-yardstick"
+        speed = speed_ratio(result.yardstick, Yardstick.from_json(entry.get("yardstick")))
+        if speed is None:
+            return None, "the baseline has no yardstick of this version; re-record it to judge against machine speed"
+        return speed, ""
 
     def measure_accuracy(self, cell: AccuracyCell,
                          on_progress: Callable[[str], None] | None = None) -> "AccuracyResult":
@@ -430,9 +457,15 @@ class Suite:
                      "config": dataclasses.asdict(self._workload), "fingerprint": last.fingerprint,
                      "breakdown": last.breakdown.slowest.to_json() if last.breakdown else None,
                      "provenance": {**shared, "launcher": last.run.launcher, "ranks": cell.ranks}}
+            machine = self._baseline_machine(results)
+            if machine:
+                entry["yardstick"] = machine.to_json()
             for metric in ("throughput", "efficiency"):
-                values = [getattr(r, metric).value for r in results
-                          if getattr(r, metric) is not None and (metric == "throughput" or r.efficiency_source == "measured")]
+                used = [r for r in results
+                        if getattr(r, metric) is not None and (metric == "throughput" or r.efficiency_source == "measured")]
+                values = [getattr(r, metric).value for r in used]
+                if metric == "throughput" and machine:
+                    values = [normalise(value, speed_ratio(r.yardstick, machine)) for value, r in zip(values, used)]
                 if not values:
                     continue
                 entry["metrics"][metric] = statistics.fmean(values)
@@ -451,6 +484,15 @@ class Suite:
         data, changes = self.baselines.updated(entries)
         self.baselines.write(data)
         return changes
+
+    def _baseline_machine(self, results: list[CellResult]) -> Yardstick | None:
+        """The yardstick a baseline from these repeats holds: their mean. Each repeat's throughput
+        is then brought to it (:func:`harness.yardstick.normalise`), so that a drift in the machine's
+        speed between repeats neither moves the stored value nor widens the band."""
+        if not self.options.yardstick or not all(r.yardstick for r in results):
+            return None
+        return Yardstick(seconds=statistics.fmean(r.yardstick.seconds for r in results),
+                         spread=statistics.fmean(r.yardstick.spread for r in results))
 
     def accuracy_rows(self) -> list[list[str]]:
         """Final validation accuracy, one row per schedule, one column per global batch."""
@@ -473,21 +515,22 @@ class Suite:
 
     def summary_rows(self) -> list[list[str]]:
         rows = [["cell", "launcher", "img/s (95% CI)", "img/s/rank", "E_G (95% CI)", "baseline img/s", "delta",
-                 "runs", "verdict"]]
+                 "machine", "runs", "verdict"]]
         for r in self.results:
             reference = self.baselines.reference(r.cell.id, "throughput") if self._prepared else None
             baseline = f"{reference.value:.1f}" if reference else "-"
             if r.metrics is None:
-                rows.append([r.cell.id, r.run.launcher, "-", "-", "-", baseline, "-", str(len(r.runs)),
+                rows.append([r.cell.id, r.run.launcher, "-", "-", "-", baseline, "-", "-", str(len(r.runs)),
                              f"error ({r.run.status})"])
                 continue
-            delta = f"{r.throughput.value / reference.value - 1:+.1%}" if reference else "-"
+            delta = f"{normalise(r.throughput.value, r.machine_speed) / reference.value - 1:+.1%}" if reference else "-"
+            machine = f"{r.machine_speed - 1:+.1%}" if r.machine_speed else "-"
             efficiency = _format_interval(r.efficiency, 3) if r.efficiency else "-"
             if r.efficiency_source == "baseline":
                 efficiency += " (ref: baseline)"
             rows.append([r.cell.id, r.run.launcher, _format_interval(r.throughput, 1),
-                         f"{r.throughput.value / r.cell.ranks:.1f}", efficiency, baseline, delta, str(len(r.runs)),
-                         r.verdict])
+                         f"{r.throughput.value / r.cell.ranks:.1f}", efficiency, baseline, delta, machine,
+                         str(len(r.runs)), r.verdict])
         return rows
 
 

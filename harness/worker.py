@@ -78,6 +78,7 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
     from .models import build_model
     from .provenance import package_versions
     from .trainloop import ComputeProbe, DelayedBatches, train
+    from .yardstick import run_yardstick
 
     cell = Cell(**spec["cell"])
     workload = Workload(**spec["workload"])
@@ -103,6 +104,8 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
         probe = ComputeProbe(model, loss_fn)  # copied before any framework hooks the model
         adapter.wrap(model, optimizer, loss_fn)
         progress("setup", 1, 1)
+        # A CPU yardstick says nothing about a GPU's speed, so GPU cells go without.
+        yardstick = run_yardstick() if device.type == "cpu" and spec.get("yardstick", True) else None
         loader = LOADERS.create(cell.loader, workload=workload, rank=rank, device=device)
         try:
             delay = spec.get("data_delay")  # {"seconds": s, "rank": r or None}: a slow loader on purpose
@@ -113,6 +116,8 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
                             device=device, progress=progress, probe=probe)
         finally:
             loader.close()
+        if yardstick is not None:
+            yardstick += run_yardstick()
         framework_settings = adapter.settings()
     finally:
         adapter.shutdown()
@@ -130,6 +135,7 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
         "loader_settings": loader.settings(),
         "versions": package_versions(),
         **samples,
+        **({"yardstick": yardstick} if yardstick is not None else {}),
     }
 
 

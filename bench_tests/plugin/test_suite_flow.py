@@ -38,6 +38,7 @@ def test_record_then_pass_against_the_new_baselines(suite, pytester):
     saved = json.loads(suite.baseline_file.read_text())
     assert set(saved["cells"]) == {"ddp-synthetic-resnet50-g1", "ddp-synthetic-resnet50-g2"}
     assert saved["cells"]["ddp-synthetic-resnet50-g2"]["provenance"]["launcher"] == "torchrun"
+    assert all(entry["yardstick"]["seconds"] > 0 for entry in saved["cells"].values())  # CPU cells carry one
     results = json.loads((pytester.path / "r.json").read_text())
     assert [len(cell["records"]) for cell in results["cells"]] == [1, 2]
     assert results["launch_environment"] == {"DLSCALE_SITE_CHECK": "ib0"}
@@ -49,9 +50,12 @@ def test_record_then_pass_against_the_new_baselines(suite, pytester):
         entry["throughput"].update(lower=-0.9, upper=None)
         entry.pop("efficiency", None)
     suite.baseline_file.write_text(json.dumps(saved))
-    second = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines")
+    second = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines", "--results-json", "r2.json")
     second.assert_outcomes(passed=2)
     second.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1*pass*", "*ddp-synthetic-resnet50-g2*pass*", "2 pass"])
+    for cell in json.loads((pytester.path / "r2.json").read_text())["cells"]:
+        assert cell["machine_speed"] > 0, cell["verdicts"]
+        assert "normalised to the baseline's machine speed" in cell["verdicts"][0]["message"]
     again = json.loads(suite.baseline_file.read_text())["cells"]["ddp-synthetic-resnet50-g2"]["throughput"]
     assert (again["lower"], again["upper"]) == (-0.9, None)
 

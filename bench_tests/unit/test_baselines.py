@@ -94,3 +94,27 @@ def test_write_refuses_invalid_content_and_leaves_the_file_alone(tmp_path):
     with pytest.raises(BaselineError):
         file.write({"schema_version": 1, "cells": {"a": {"throughput": {"value": "fast"}}}})
     assert path.read_text() == before
+
+
+def test_judged_normalised_to_the_baseline_machine_speed_when_given():
+    reference = Reference(value=100.0, lower=-0.1, upper=0.1, unit="img/s")
+    # 20% fewer images per second on a machine that runs 20% slower: no regression of the stack
+    slowed_machine = judge(interval(80.0), reference, metric="throughput", machine_speed=0.8)
+    assert slowed_machine.kind == "pass"
+    assert "machine -20.0% by the yardstick; as measured -20.0%" in slowed_machine.message
+    # the same figure on a machine that runs 20% faster hides a 33% regression unless normalised
+    hidden = judge(interval(80.0), reference, metric="throughput", machine_speed=1.2)
+    assert hidden.kind == "fail" and "throughput -33.3% normalised" in hidden.message
+    raw = judge(interval(95.0), reference, metric="throughput", raw_because="--no-yardstick")
+    assert raw.kind == "pass" and "as measured (--no-yardstick)" in raw.message
+
+
+def test_update_drops_a_yardstick_the_new_figures_were_not_measured_with(tmp_path):
+    path = baseline(tmp_path, {"c": {"throughput": {"value": 50.0}, "yardstick": {"seconds": 0.1, "version": 1}}})
+    file = BaselineFile.load(path, "sys")
+    data, _ = file.updated([{"cell": "c", "metrics": {"throughput": 60.0}, "config_hash": "h", "config": {},
+                             "provenance": {}}])
+    assert "yardstick" not in data["cells"]["c"]
+    data, _ = file.updated([{"cell": "c", "metrics": {"throughput": 60.0}, "config_hash": "h", "config": {},
+                             "provenance": {}, "yardstick": {"seconds": 0.2, "spread": 0.01, "version": 1}}])
+    assert data["cells"]["c"]["yardstick"]["seconds"] == 0.2

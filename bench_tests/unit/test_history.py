@@ -176,3 +176,23 @@ def test_cli_reports_skipped_lines_on_stderr(tmp_path, capsys):
         stream.write("garbage\n")
     assert history.main([str(path)]) == 0
     assert "skipped line 9: not valid JSON" in capsys.readouterr().err
+
+
+def test_a_slower_machine_is_told_apart_from_a_slower_stack_by_the_yardstick(tmp_path, capsys):
+    """The machine gets 15% slower from night 13 and the throughput with it: a raw regression,
+    but the normalised series stays level and the machine's own series carries the drop."""
+    rng = np.random.default_rng(12)
+    speeds = [1.0] * 12 + [0.85] * 8
+    rows = nightly([100.0 * speed * (1 + 0.02 * rng.standard_normal()) for speed in speeds])
+    for row, speed in zip(rows, speeds):
+        row["yardstick_s"] = 0.08 / speed * (1 + 0.01 * rng.standard_normal())
+    rows.append(history.make_row("ddp-synthetic-resnet50-g1", run_id="gpu", verdict="pass",
+                                 throughput=Estimate(value=90.0, low=89.0, high=91.0)))  # no yardstick: left out
+    path = tmp_path / "sys.jsonl"
+    history.append(path, rows)
+    assert history.main([str(path)]) == 1
+    assert history.main([str(path), "--metric", "throughput-normalised"]) == 0
+    assert history.main([str(path), "--metric", "machine"]) == 1
+    [machine] = history.report(history.read(path)[0], metric="machine")
+    assert len(machine.nights) == 20 and machine.changes[0].relative == pytest.approx(-0.15, abs=0.02)
+    capsys.readouterr()

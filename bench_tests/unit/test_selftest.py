@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from harness.selftest import (Judged, Measurement, SelftestConfig, SelftestReport, baseline_band, format_report,
-                              judge, measure)
+from harness.selftest import (Judged, Measurement, SelftestConfig, SelftestReport, baseline_reference,
+                              baseline_references, format_report, judge, measure)
+from harness.stats import Estimate, Verdict
+from harness.yardstick import Yardstick
 
 
 def records(rng, slowdown=0.0, steps=30, step_s=0.2, cv=0.05, batch=8) -> list[dict]:
@@ -24,30 +27,61 @@ def test_measure_drops_a_slow_start_and_gives_images_per_second():
 def test_unchanged_runs_pass_and_a_20_percent_slowdown_fails():
     rng = np.random.default_rng(1)
     values = [measure(records(rng))[0].value for _ in range(10)]
-    reference, band = baseline_band(values, floor_rel=0.05)
-    unchanged = [judge(Measurement(slowdown=0.0, status="ok", throughput=measure(records(rng))[0]), reference, band)
+    references = {"raw": baseline_reference(values, floor_rel=0.05)}
+    unchanged = [judge(Measurement(slowdown=0.0, status="ok", throughput=measure(records(rng))[0]), references)
                  for _ in range(10)]
-    slowed = [judge(Measurement(slowdown=0.2, status="ok", throughput=measure(records(rng, 0.2))[0]), reference, band)
+    slowed = [judge(Measurement(slowdown=0.2, status="ok", throughput=measure(records(rng, 0.2))[0]), references)
               for _ in range(10)]
-    assert [j.outcome for j in unchanged].count("fail") == 0
-    assert [j.outcome for j in slowed] == ["fail"] * 10
+    assert [j.outcome("raw") for j in unchanged].count("fail") == 0
+    assert [j.outcome("raw") for j in slowed] == ["fail"] * 10
+
+
+def test_the_yardstick_takes_a_drift_of_the_machine_out_of_band_and_verdict():
+    """Baseline runs on a machine whose speed wanders by +-15%, reruns on one 20% faster: raw, the
+    band is wide and a 20% slowdown passes; normalised by a yardstick that saw the same speeds,
+    the band stays at its floor and the slowdown fails."""
+    rng = np.random.default_rng(2)
+    speeds = [0.85, 1.15, 0.9, 1.1, 1.0, 0.95, 1.05, 0.88]
+
+    def run(speed, slowdown=0.0):
+        estimate = measure(records(rng, cv=0.02, step_s=0.2 / speed * (1 + slowdown), slowdown=0.0))[0]
+        return Measurement(slowdown=slowdown, status="ok", throughput=estimate,
+                           yardstick=Yardstick(seconds=0.08 / speed, spread=0.01))
+
+    references, machine = baseline_references([run(speed) for speed in speeds], floor_rel=0.05)
+    assert machine.seconds == pytest.approx(np.mean([0.08 / s for s in speeds]))
+    assert references["raw"].band[0] < -0.2 and references["yardstick"].band[0] == pytest.approx(-0.05)
+    slowed = judge(run(1.2, slowdown=0.2), references, machine)
+    assert slowed.speed == pytest.approx(1.2 * np.mean([1 / s for s in speeds]))
+    assert (slowed.outcome("yardstick"), slowed.outcome("raw")) == ("fail", "pass")
+    unchanged = judge(run(1.2), references, machine)
+    assert unchanged.outcome("yardstick") == "pass"
+
+
+def test_without_yardstick_only_the_raw_judging_is_made():
+    rng = np.random.default_rng(3)
+    baseline = [Measurement(slowdown=0.0, status="ok", throughput=measure(records(rng))[0]) for _ in range(3)]
+    references, machine = baseline_references(baseline, floor_rel=0.05)
+    assert set(references) == {"raw"} and machine is None
+    rerun = judge(Measurement(slowdown=0.0, status="ok", throughput=measure(records(rng))[0]), references, machine)
+    assert set(rerun.verdicts) == {"raw"} and rerun.outcome("yardstick") == "error"
 
 
 def test_a_failed_launch_is_an_error_not_a_verdict():
-    assert judge(Measurement(slowdown=0.1, status="hung", throughput=None), 40.0, (-0.1, 0.1)).outcome == "error"
+    references = {"raw": baseline_reference([40.0, 41.0], floor_rel=0.1)}
+    assert judge(Measurement(slowdown=0.1, status="hung", throughput=None), references).outcome("raw") == "error"
 
 
 def fake_report(outcomes: dict[float, list[str]]) -> SelftestReport:
-    from harness.stats import Estimate, Verdict
-
     estimate = Estimate(value=40.0, low=39.0, high=41.0)
     judged = [Judged(measurement=Measurement(slowdown=size, status="ok", throughput=estimate),
-                     verdict=Verdict(kind=kind, message=""))
+                     verdicts={} if kind == "error" else {"raw": Verdict(kind=kind, message="")})
               for size, kinds in outcomes.items() for kind in kinds]
     baseline = [Measurement(slowdown=0.0, status="ok", throughput=Estimate(value=v, low=v - 1, high=v + 1))
                 for v in (39.0, 40.0, 41.0)]
+    references = {"raw": baseline_reference([39.0, 40.0, 41.0], floor_rel=0.08)}
     return SelftestReport(config=SelftestConfig(sizes=tuple(s for s in outcomes if s)), baseline=baseline,
-                          reference=40.0, band=(-0.08, 0.08), judged=judged, wall_s=60.0)
+                          references=references, judged=judged, wall_s=60.0)
 
 
 def test_minimum_detected_needs_every_larger_size_reliable_too():

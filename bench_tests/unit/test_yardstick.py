@@ -1,0 +1,48 @@
+"""harness.yardstick: the machine's speed from the ranks' yardstick times, and normalising by it."""
+import math
+
+import pytest
+
+from harness.stats import Estimate
+from harness.yardstick import (REPEATS, VERSION, Yardstick, from_records, normalise, normalise_estimate,
+                               run_yardstick, speed_ratio)
+
+
+def test_the_workload_runs_and_times_each_repeat():
+    times = run_yardstick(repeats=3)
+    assert len(times) == 3 and all(0 < t < 5 for t in times)
+
+
+def test_every_rank_must_have_timed_it():
+    records = [{"rank": 0, "yardstick": [0.1, 0.1, 0.3, 0.3]}, {"rank": 1, "yardstick": [0.2] * REPEATS}]
+    found = from_records(records)
+    assert found.seconds == pytest.approx(0.2) and found.version == VERSION and found.spread > 0
+    assert from_records([records[0], {"rank": 1}]) is None
+    assert from_records([]) is None
+
+
+def test_speed_ratio_is_then_over_now_and_needs_the_same_workload():
+    then, now = Yardstick(seconds=0.2, spread=0.01), Yardstick(seconds=0.1, spread=0.01)
+    assert speed_ratio(now, then) == pytest.approx(2.0)  # the machine is twice as fast now
+    assert speed_ratio(now, None) is None and speed_ratio(None, then) is None
+    assert speed_ratio(now, Yardstick(seconds=0.2, spread=0.01, version=VERSION + 1)) is None
+
+
+def test_normalising_brings_a_figure_to_the_reference_machine_speed():
+    assert normalise(60.0, 1.2) == pytest.approx(50.0)
+    assert normalise(60.0, None) == 60.0
+    scaled = normalise_estimate(Estimate(value=60.0, low=54.0, high=66.0, n_steps=30), 1.2)
+    assert (scaled.value, scaled.low, scaled.high, scaled.n_steps) == pytest.approx((50.0, 45.0, 55.0, 30))
+    unbounded = normalise_estimate(Estimate(value=60.0, low=-math.inf, high=math.inf), 2.0)
+    assert unbounded.value == 30.0 and unbounded.too_few_samples
+
+
+@pytest.mark.parametrize("stored", [None, "0.1", {}, {"seconds": 0}, {"seconds": -1.0}, {"seconds": True}])
+def test_a_missing_or_unusable_stored_yardstick_is_none(stored):
+    assert Yardstick.from_json(stored) is None
+
+
+def test_stored_form_round_trips():
+    original = Yardstick(seconds=0.0781234, spread=0.0213)
+    assert Yardstick.from_json(original.to_json()) == Yardstick(seconds=0.078123, spread=0.0213)
+    assert Yardstick.from_json({"seconds": 0.1}).version == 0  # hand-written: no version, never compared

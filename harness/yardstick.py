@@ -1,0 +1,117 @@
+"""The machine yardstick: a fixed CPU workload every rank times just before its warm-up and just
+after its timed window, so that a change in the machine's own speed (other jobs on a shared node,
+a busier host under a virtual machine, a throttled CPU) can be told apart from a change in what is
+being measured.
+
+The workload is numpy, not torch: it shares no code with the stack under test, so a slower torch
+kernel, model, loader or framework cannot slow the yardstick down and hide itself in the
+normalisation. It is half compute (a single-threaded float32 matrix product that stays in cache)
+and half memory traffic (a streaming multiply over arrays larger than the caches), because a
+training step suffers both from competition for the cores and from competition for memory
+bandwidth. The yardstick tracks the first closely and the second only in part (see the README's
+"Machine yardstick").
+
+A throughput measured when the yardstick took ``y`` seconds, judged against a baseline whose
+yardstick took ``y_ref``, is normalised to the baseline's machine speed as ``throughput * y / y_ref``.
+Only CPU cells are normalised: a CPU workload says nothing about a GPU's speed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+if TYPE_CHECKING:  # the ranks import this module; they need no scipy
+    from .stats import Estimate
+
+VERSION = 1
+"""Changes whenever the workload changes: yardstick times of different versions never compare."""
+REPEATS = 6
+"""Timed repeats of the workload before the warm-up and again after the timed window."""
+MATRIX_SIZE = 256
+MATRIX_PRODUCTS = 12
+STREAM_BYTES = 32 * 2**20
+STREAM_PASSES = 8
+
+
+def run_yardstick(repeats: int = REPEATS) -> list[float]:
+    """Seconds of each of ``repeats`` runs of the fixed workload, on one thread."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    matrix = rng.standard_normal((MATRIX_SIZE, MATRIX_SIZE)).astype(np.float32)
+    source = np.ones(STREAM_BYTES // 4, dtype=np.float32)
+    target = np.empty_like(source)
+    times = []
+    with threadpool_limits(limits=1):
+        np.multiply(source, 1.0001, out=target)  # untimed: the first pass pays the page faults
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for _ in range(MATRIX_PRODUCTS):
+                matrix @ matrix
+            for _ in range(STREAM_PASSES):
+                np.multiply(source, 1.0001, out=target)
+            times.append(time.perf_counter() - started)
+    return times
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Yardstick:
+    """A run's machine speed: the mean seconds of one yardstick repeat over all ranks."""
+
+    seconds: float
+    spread: float
+    """Relative standard deviation of the repeats (over ranks, before and after the window)."""
+    version: int = VERSION
+
+    def to_json(self) -> dict:
+        return {"seconds": round(self.seconds, 6), "spread": round(self.spread, 4), "version": self.version}
+
+    @classmethod
+    def from_json(cls, data: Mapping | None) -> "Yardstick | None":
+        """The stored form back; ``None`` for a missing or unusable entry (a hand-written baseline)."""
+        if not isinstance(data, Mapping):
+            return None
+        seconds = data.get("seconds")
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0:
+            return None
+        return cls(seconds=float(seconds), spread=float(data.get("spread") or 0.0), version=int(data.get("version", 0)))
+
+
+def from_records(records: Sequence[Mapping]) -> Yardstick | None:
+    """The yardstick of one or more launches' rank records; ``None`` unless every rank timed it.
+
+    The mean, not the median: on a shared core a short repeat can fall between the scheduler's
+    slices of other work, and the mean keeps that work's share of the time, as the steps do.
+    """
+    samples = [record.get("yardstick") for record in records]
+    if not samples or any(not sample for sample in samples):
+        return None
+    times = [float(t) for sample in samples for t in sample]
+    mean = statistics.fmean(times)
+    spread = statistics.stdev(times) / mean if len(times) > 1 else math.nan
+    return Yardstick(seconds=mean, spread=spread)
+
+
+def speed_ratio(now: Yardstick | None, then: Yardstick | None) -> float | None:
+    """How much faster the machine runs now than then (1.2: the yardstick took 1/1.2 of the time);
+    ``None`` when either side lacks a yardstick or they come from different workload versions."""
+    if now is None or then is None or now.version != then.version:
+        return None
+    return then.seconds / now.seconds
+
+
+def normalise(value: float, ratio: float | None) -> float:
+    """``value`` (higher is better, proportional to machine speed) at the reference machine speed."""
+    return value if ratio is None else value / ratio
+
+
+def normalise_estimate(estimate: Estimate, ratio: float | None) -> Estimate:
+    """The interval scaled as :func:`normalise` scales its value."""
+    if ratio is None:
+        return estimate
+    return dataclasses.replace(estimate, value=estimate.value / ratio, low=estimate.low / ratio,
+                               high=estimate.high / ratio)
