@@ -141,8 +141,8 @@ class BaselineFile:
                 else:
                     changes.append(f"{cell_id}: {metric} {before:.4g} -> {value:.4g} ({(value / before - 1):+.1%})")
             new.update(config_hash=result["config_hash"], config=result["config"], provenance=result["provenance"])
-            for optional in ("fingerprint", "breakdown", "yardstick"):
-                if result.get(optional):
+            for optional in ("fingerprint", "breakdown", "yardstick", "cpu_wait_share"):
+                if result.get(optional) is not None:
                     new[optional] = result[optional]
                 else:  # the old one described the old figures
                     new.pop(optional, None)

@@ -47,7 +47,7 @@ def summarize(records: list[dict]) -> CellMetrics:
     )
 
 
-STEP_SERIES = ("step_times", "data_wait", "losses", "fwd_bwd", "optimizer")
+STEP_SERIES = ("step_times", "data_wait", "losses", "fwd_bwd", "optimizer", "cpu_wait")
 POOLED_SERIES = STEP_SERIES + ("compute_probe", "yardstick")
 
 

@@ -23,16 +23,19 @@ slower steps are 16.7% fewer images per second.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 from .cells import Cell, Workload
+from .contention import NOTABLE_SHARE, contended, distrust, wait_share
 from .launchers import LAUNCHERS
 from .metrics import drop_leading_steps
 from .runner import CellRun, RunLimits, run_cell
@@ -46,6 +49,7 @@ DEFAULT_SIZES = (0.05, 0.1, 0.2)
 RELIABLE = 0.9
 """Detection rate at which a slowdown counts as caught reliably."""
 OUTCOMES = ("fail", "inconclusive", "pass", "faster", "error")
+DEFAULT_NEIGHBOUR = (12.0, 10.0)
 JUDGINGS = ("yardstick", "raw")
 """Normalised to the baseline's machine speed (the suite's judgement of a CPU cell), or as measured."""
 
@@ -73,12 +77,21 @@ class SelftestConfig:
     seed: int = 0
     """Seed of the order the reruns are interleaved in."""
     limits: RunLimits = RunLimits(timeout_s=300.0, heartbeat_s=120.0)
+    neighbour_runs: int = 0
+    """Unchanged reruns during which a neighbour's job keeps every core busy for a while."""
+    neighbour: tuple[float, float] = DEFAULT_NEIGHBOUR
+    """When the neighbour's job starts after the launch, and for how long it runs (seconds): by
+    default a burst inside the timed window of the default cell on a 2-core machine, which the
+    yardstick timed before and after the window cannot see."""
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
             raise ValueError(f"repeats must be at least 1, got {self.repeats}")
         if self.baseline_runs < 2:
             raise ValueError(f"a baseline band needs at least 2 runs, got {self.baseline_runs}")
+        if self.neighbour_runs < 0 or len(self.neighbour) != 2 or min(self.neighbour) < 0:
+            raise ValueError(f"neighbour runs must be >= 0 and the neighbour (start, duration) seconds >= 0, got "
+                             f"{self.neighbour_runs} and {list(self.neighbour)}")
         if any(not size > 0 for size in self.sizes):
             raise ValueError(f"slowdown sizes must be positive fractions (0.1 for 10%), got {list(self.sizes)}")
 
@@ -87,10 +100,14 @@ class SelftestConfig:
 class Measurement:
     slowdown: float
     """Injected slowdown (0: unchanged)."""
+    neighbour: bool = False
+    """Whether a neighbour's job competed for the cores during the launch."""
     status: str
     """The launch's status: "ok", "failed", "timeout" or "hung"."""
     throughput: Estimate | None
     yardstick: Yardstick | None = None
+    cpu_wait_share: float | None = None
+    """Share of the window the rank's threads waited for a CPU (:mod:`harness.contention`)."""
     warmup_dropped: int = 0
     wall_s: float = 0.0
     error: str | None = None
@@ -113,6 +130,7 @@ class Judged:
 class SizeRow:
     slowdown: float
     counts: dict[str, int]
+    neighbour: bool = False
 
     @property
     def runs(self) -> int:
@@ -141,6 +159,8 @@ class SelftestReport:
     baseline: list[Measurement]
     references: dict[str, Reference]
     """By judging; "yardstick" only when every baseline run timed the yardstick."""
+    baseline_wait: float | None = None
+    """The baseline runs' mean share of the window spent waiting for a CPU."""
     judged: list[Judged]
     wall_s: float
     load: tuple[float, float] | None = None
@@ -154,15 +174,17 @@ class SelftestReport:
     def rows(self, judging: str | None = None) -> list[SizeRow]:
         judging = judging or self.judging
         rows = []
-        for size in (0.0, *self.config.sizes):
-            outcomes = [j.outcome(judging) for j in self.judged if j.measurement.slowdown == size]
-            rows.append(SizeRow(slowdown=size, counts={kind: outcomes.count(kind) for kind in OUTCOMES}))
+        for size, neighbour in conditions(self.config):
+            outcomes = [j.outcome(judging) for j in self.judged
+                        if (j.measurement.slowdown, j.measurement.neighbour) == (size, neighbour)]
+            rows.append(SizeRow(slowdown=size, neighbour=neighbour,
+                                counts={kind: outcomes.count(kind) for kind in OUTCOMES}))
         return rows
 
     def minimum_detected(self, rate: float = RELIABLE, judging: str | None = None) -> float | None:
         """Smallest injected slowdown failed in at least ``rate`` of its runs (and every larger one)."""
         found = None
-        for row in sorted(self.rows(judging), key=lambda r: -r.slowdown):
+        for row in sorted((r for r in self.rows(judging) if not r.neighbour), key=lambda r: -r.slowdown):
             if row.slowdown == 0 or not row.fail_rate >= rate:
                 break
             found = row.slowdown
@@ -185,8 +207,11 @@ def measure(records: list[dict], seed: int = 0) -> tuple[Estimate, int]:
     return throughput_interval(steps, batches, seed=seed), dropped
 
 
-def judge(measurement: Measurement, references: dict[str, Reference], machine: Yardstick | None = None) -> Judged:
-    """Judge one rerun under every judging ``references`` holds; ``machine``: the baseline's yardstick."""
+def judge(measurement: Measurement, references: dict[str, Reference], machine: Yardstick | None = None,
+          baseline_wait: float | None = None) -> Judged:
+    """Judge one rerun under every judging ``references`` holds, as the suite judges a cell:
+    ``machine`` is the baseline's yardstick, ``baseline_wait`` its runs' mean share of the window
+    spent waiting for a CPU (a fail measured while waiting notably longer is not trusted)."""
     if measurement.throughput is None:
         return Judged(measurement=measurement, verdicts={})
     speed = speed_ratio(measurement.yardstick, machine)
@@ -195,7 +220,8 @@ def judge(measurement: Measurement, references: dict[str, Reference], machine: Y
         if judging == "yardstick" and speed is None:
             continue
         measured = normalise_estimate(measurement.throughput, speed) if judging == "yardstick" else measurement.throughput
-        verdicts[judging] = verdict(measured, reference.value, *reference.band)
+        verdicts[judging] = distrust(verdict(measured, reference.value, *reference.band),
+                                     measurement.cpu_wait_share, baseline_wait)
     return Judged(measurement=measurement, verdicts=verdicts, speed=speed)
 
 
@@ -224,20 +250,61 @@ def baseline_references(baseline: Sequence[Measurement], floor_rel: float) -> tu
 # --- running --------------------------------------------------------------------------------------
 
 
-def launch(config: SelftestConfig, slowdown: float, launcher=None) -> Measurement:
-    """One real launch of the self-test cell, slowed by ``slowdown`` (0: unchanged)."""
+def conditions(config: SelftestConfig) -> list[tuple[float, bool]]:
+    """(slowdown, neighbour) of each kind of rerun, in report order."""
+    return [(0.0, False), *([(0.0, True)] if config.neighbour_runs else []), *((s, False) for s in config.sizes)]
+
+
+NEIGHBOUR_JOB = """
+import sys, time
+import numpy as np
+matrix = np.ones((256, 256), dtype=np.float32)
+source = np.ones(16 * 2**20, dtype=np.float32)
+target = np.empty_like(source)
+time.sleep(float(sys.argv[1]))
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    for _ in range(4):
+        matrix @ matrix
+    np.multiply(source, 1.0001, out=target)
+"""
+"""A neighbour's training-like work: compute and memory traffic, on one thread."""
+
+
+@contextlib.contextmanager
+def neighbour_job(start_s: float, duration_s: float):
+    """Another job on this machine, in a session of its own as another user's job would be: one busy
+    process per core from ``start_s`` for ``duration_s``."""
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    processes = [subprocess.Popen([sys.executable, "-c", NEIGHBOUR_JOB, str(start_s), str(duration_s)],
+                                  env=environment, start_new_session=True)
+                 for _ in range(os.cpu_count() or 1)]
+    try:
+        yield
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+def launch(config: SelftestConfig, slowdown: float, launcher=None, neighbour: bool = False) -> Measurement:
+    """One real launch of the self-test cell, slowed by ``slowdown`` (0: unchanged), with a
+    neighbour's job competing for the cores if ``neighbour``."""
     launcher = launcher or LAUNCHERS.create(config.launcher)
     extra: dict = {"device": config.device}
     if config.threads_per_rank:
         extra["threads_per_rank"] = config.threads_per_rank
     if slowdown:
         extra["fault"] = {"kind": "slow", "fraction": slowdown}
-    run: CellRun = run_cell(config.cell, config.workload, launcher, workdir=config.workdir, limits=config.limits,
-                            spec_extra=extra)
+    with neighbour_job(*config.neighbour) if neighbour else contextlib.nullcontext():
+        run: CellRun = run_cell(config.cell, config.workload, launcher, workdir=config.workdir, limits=config.limits,
+                                spec_extra=extra)
     if not run.ok:
-        return Measurement(slowdown=slowdown, status=run.status, throughput=None, wall_s=run.wall_s, error=run.error)
+        return Measurement(slowdown=slowdown, neighbour=neighbour, status=run.status, throughput=None,
+                           wall_s=run.wall_s, error=run.error)
     estimate, dropped = measure(run.records)
-    return Measurement(slowdown=slowdown, status=run.status, throughput=estimate, yardstick=from_records(run.records),
+    return Measurement(slowdown=slowdown, neighbour=neighbour, status=run.status, throughput=estimate,
+                       yardstick=from_records(run.records), cpu_wait_share=wait_share(run.records),
                        warmup_dropped=dropped, wall_s=run.wall_s)
 
 
@@ -259,21 +326,27 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
         say(f"baseline {index + 1}/{config.baseline_runs}: {_interval(measurement.throughput)} img/s "
             f"({measurement.wall_s:.0f} s)")
     references, machine = baseline_references(baseline, config.band_floor)
+    waits = [m.cpu_wait_share for m in baseline]
+    baseline_wait = statistics.fmean(waits) if None not in waits else None
     for judging, reference in references.items():
         say(f"baseline ({judging}) {reference.value:.2f} img/s, band {reference.band[0]:+.1%} / {reference.band[1]:+.1%}")
 
-    order = [size for size in (0.0, *config.sizes) for _ in range(config.repeats)]
+    order = [(size, False) for size in (0.0, *config.sizes) for _ in range(config.repeats)]
+    order += [(0.0, True)] * config.neighbour_runs
     random.Random(config.seed).shuffle(order)
     judged = []
-    for index, size in enumerate(order):
-        result = judge(launch(config, size, launcher), references, machine)
+    for index, (size, neighbour) in enumerate(order):
+        result = judge(launch(config, size, launcher, neighbour), references, machine, baseline_wait)
         judged.append(result)
         estimate = result.measurement.throughput
         outcomes = ", ".join(f"{judging} {result.outcome(judging)}" for judging in references)
         machine_speed = f", machine {result.speed - 1:+.1%}" if result.speed else ""
-        say(f"rerun {index + 1}/{len(order)} slowdown {size:.0%}: "
+        if result.measurement.cpu_wait_share is not None:
+            machine_speed += f", cpu wait {result.measurement.cpu_wait_share:.1%}"
+        say(f"rerun {index + 1}/{len(order)} slowdown {size:.0%}{' with a neighbour' if neighbour else ''}: "
             f"{_interval(estimate) if estimate else result.measurement.status}{machine_speed} -> {outcomes}")
-    return SelftestReport(config=config, baseline=baseline, references=references, judged=judged,
+    return SelftestReport(config=config, baseline=baseline, references=references, baseline_wait=baseline_wait,
+                          judged=judged,
                           wall_s=time.monotonic() - started, load=(load_before, os.getloadavg()[0]))
 
 
@@ -296,13 +369,15 @@ def report_rows(report: SelftestReport, judging: str | None = None) -> list[list
     for row in report.rows(judging):
         expected = reference / (1 + row.slowdown)
         change = "baseline" if row.slowdown == 0 else f"{-row.slowdown / (1 + row.slowdown):+.1%}"
-        values = [value for j in report.judged if j.measurement.slowdown == row.slowdown
+        values = [value for j in report.judged
+                  if (j.measurement.slowdown, j.measurement.neighbour) == (row.slowdown, row.neighbour)
                   and (value := judged_value(j, judging)) is not None]
         measured = f"{statistics.median(values):.2f} ({statistics.median(values) / reference - 1:+.1%})" if values else "-"
         rate = "-" if row.runs == row.counts["error"] else f"{row.fail_rate:.0%}"
         if row.slowdown == 0:
             rate += " (false alarms)"
-        table.append([f"{row.slowdown:.0%}", f"{expected:.2f} ({change})", measured, str(row.runs),
+        table.append([f"{row.slowdown:.0%}" + (" + neighbour" if row.neighbour else ""),
+                      f"{expected:.2f} ({change})", measured, str(row.runs),
                       *(str(row.counts[k]) for k in OUTCOMES), rate])
     return table
 
@@ -322,6 +397,12 @@ def format_report(report: SelftestReport) -> str:
         f"reruns: median 95% interval +-{statistics.median(widths):.1%}" if widths else "reruns: none completed",
     ]
     speeds = sorted(j.speed for j in report.judged if j.speed)
+    waits = [j.measurement.cpu_wait_share for j in report.judged if j.measurement.cpu_wait_share is not None]
+    if waits and report.baseline_wait is not None:
+        busy = [j for j in report.judged if contended(j.measurement.cpu_wait_share, report.baseline_wait)]
+        lines.append(f"waiting for a CPU: baseline runs {report.baseline_wait:.1%} of the window, reruns up to "
+                     f"{max(waits):.1%}; {len(busy)} rerun(s) waited more than {NOTABLE_SHARE:.0%} above the baseline "
+                     f"(other work on the node), and a fail among them counts as inconclusive")
     if speeds:
         lines.append(f"machine speed by the yardstick, reruns against the baseline runs: median "
                      f"{statistics.median(speeds) - 1:+.1%}, from {speeds[0] - 1:+.1%} to {speeds[-1] - 1:+.1%}")
@@ -340,6 +421,11 @@ def format_report(report: SelftestReport) -> str:
             + (f"{minimum:.0%}" if minimum is not None else f"none of {', '.join(f'{s:.0%}' for s in c.sizes)}"),
             f"false alarms: {report.false_alarms(judging)} of {report.rows(judging)[0].runs} unchanged reruns",
         ]
+        with_neighbour = [row for row in report.rows(judging) if row.neighbour]
+        if with_neighbour:
+            row = with_neighbour[0]
+            lines.append(f"with a neighbour's job on the cores: {row.counts['fail']} fail, {row.counts['inconclusive']} "
+                         f"inconclusive, {row.counts['pass']} pass of {row.runs} unchanged reruns")
     lines.append(f"self-test took {report.wall_s / 60:.1f} min")
     if report.load:
         lines.append(f"load average {report.load[0]:.1f} at the start, {report.load[1]:.1f} at the end, on "
@@ -358,6 +444,13 @@ def _sizes(text: str) -> tuple[float, ...]:
         return tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"--sizes takes fractions such as 0.05,0.1,0.2; got {text!r}") from None
+
+
+def _seconds_pair(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--neighbour takes START,DURATION in seconds, e.g. 12,10; got {text!r}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -379,6 +472,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--band-floor", type=float, default=0.05)
     parser.add_argument("--workdir", type=Path, default=Path("results") / "selftest")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--neighbour-runs", type=int, default=0,
+                        help="extra unchanged reruns with a neighbour's job busy on every core for a while (default 0)")
+    parser.add_argument("--neighbour", type=_seconds_pair, default=DEFAULT_NEIGHBOUR,
+                        help="when the neighbour's job starts after the launch and how long it runs, seconds "
+                             "(default 12,10)")
     args = parser.parse_args(argv)
     try:
         LAUNCHERS.check(args.launcher)
@@ -388,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             workload=SELFTEST_WORKLOAD.replace(steps=args.steps, warmup_steps=args.warmup_steps,
                                                image_size=args.image_size, batch_size=args.batch_size),
             band_floor=args.band_floor, device=args.device, threads_per_rank=args.threads or None,
-            workdir=args.workdir, seed=args.seed)
+            workdir=args.workdir, seed=args.seed, neighbour_runs=args.neighbour_runs, neighbour=args.neighbour)
     except ValueError as error:
         parser.error(str(error))
     report = run_selftest(config, on_progress=lambda line: print(f"  [selftest] {line}", flush=True))

@@ -16,6 +16,7 @@ from .baselines import BaselineFile, Verdict, judge
 from .cells import (DEFAULT_MATRIX, PROFILES, AccuracyCell, AccuracySettings, Cell, Matrix, Workload,
                     accuracy_cells, parse_list, parse_ranks)
 from .breakdown import CellBreakdown, attribute_regression, cell_breakdown, has_breakdown
+from .contention import contended, distrust, wait_share
 from .dataset import DatasetError, ensure, validate_image_folder
 from .environment import capture as capture_environment
 from .fingerprint import fingerprint, fingerprint_differences, fingerprint_hash
@@ -112,6 +113,10 @@ class CellResult:
     """The machine's speed during the cell's launches; ``None`` for GPU cells."""
     machine_speed: float | None = None
     """The machine's speed relative to the baseline's, when the throughput was judged normalised."""
+    cpu_wait_share: float | None = None
+    """The largest share of its window a rank's threads waited for a CPU (harness.contention)."""
+    contended_runs: int = 0
+    """Launches left out of the pooled samples because other work competed for the cores."""
 
     @property
     def run(self) -> CellRun:
@@ -143,6 +148,8 @@ class CellResult:
             "config_hash": self.config_hash, "fingerprint": self.fingerprint,
             "breakdown": self.breakdown.to_json() if self.breakdown else None,
             "yardstick": self.yardstick.to_json() if self.yardstick else None, "machine_speed": self.machine_speed,
+            "cpu_wait_share": self.cpu_wait_share,
+            "contended_runs": self.contended_runs,
             "orphans_killed": [pid for run in self.runs for pid in run.orphans_killed],
             "records": self.records or self.run.records,
         }
@@ -326,7 +333,7 @@ class Suite:
                        fingerprint=fingerprint_hash(result.fingerprint) if result.fingerprint else None,
                        launcher=result.run.launcher, ranks=result.cell.ranks, runs=len(result.runs),
                        yardstick_s=round(result.yardstick.seconds, 6) if result.yardstick else None,
-                       machine_speed=result.machine_speed)
+                       machine_speed=result.machine_speed, cpu_wait_share=result.cpu_wait_share)
         append_history(self.options.history_dir / f"{self.system}.jsonl", [row])
 
     def _evaluate(self, result: CellResult) -> None:
@@ -337,12 +344,15 @@ class Suite:
             dropped = detect_warmup(slowest)
             per_run.append(drop_leading_steps(run.records, dropped))
             result.warmup_dropped.append(dropped)
-        result.records = pool_runs(per_run)
+        quiet = [records for records in per_run if not contended(wait_share(records), self._baseline_wait(result))]
+        result.contended_runs = len(per_run) - len(quiet) if quiet else 0
+        result.records = pool_runs(quiet or per_run)
         result.metrics = summarize(result.records)
         result.fingerprint = fingerprint(result.records, dataclasses.asdict(self._workload), result.cell.id,
                                          config_hash=result.config_hash)
         result.breakdown = cell_breakdown(result.records) if has_breakdown(result.records) else None
         result.yardstick = from_records(result.records)
+        result.cpu_wait_share = wait_share(result.records)
         result.throughput = throughput_interval(*self._samples(result))
         result.efficiency, result.efficiency_source = self._efficiency(result)
         result.verdicts = self._judge(result)
@@ -391,7 +401,12 @@ class Suite:
         if result.breakdown and entry.get("breakdown") and any(v.failed for v in verdicts):
             moved = attribute_regression(result.breakdown.slowest, entry["breakdown"])
             verdicts = [dataclasses.replace(v, message=f"{v.message}; {moved}") if v.failed else v for v in verdicts]
-        return verdicts
+        return [distrust(v, result.cpu_wait_share, self._baseline_wait(result)) for v in verdicts]
+
+    def _baseline_wait(self, result: CellResult) -> float | None:
+        entry = self.baselines.entry(result.cell.id) or {}
+        share = entry.get("cpu_wait_share")
+        return float(share) if isinstance(share, (int, float)) and not isinstance(share, bool) else None
 
     def _machine_speed(self, result: CellResult, entry: dict) -> tuple[float | None, str]:
         """The machine's speed relative to the baseline's to normalise the throughput by, or why none.
@@ -460,6 +475,8 @@ class Suite:
             machine = self._baseline_machine(results)
             if machine:
                 entry["yardstick"] = machine.to_json()
+            if all(r.cpu_wait_share is not None for r in results):
+                entry["cpu_wait_share"] = round(statistics.fmean(r.cpu_wait_share for r in results), 4)
             for metric in ("throughput", "efficiency"):
                 used = [r for r in results
                         if getattr(r, metric) is not None and (metric == "throughput" or r.efficiency_source == "measured")]
@@ -530,7 +547,8 @@ class Suite:
                 efficiency += " (ref: baseline)"
             rows.append([r.cell.id, r.run.launcher, _format_interval(r.throughput, 1),
                          f"{r.throughput.value / r.cell.ranks:.1f}", efficiency, baseline, delta, machine,
-                         str(len(r.runs)), r.verdict])
+                         f"{len(r.runs)} ({r.contended_runs} contended, left out)" if r.contended_runs else str(len(r.runs)),
+                         r.verdict])
         return rows
 
 

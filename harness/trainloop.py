@@ -3,7 +3,8 @@
 Each timed step is timed in three back-to-back parts, each ending at a device synchronisation:
 the wait for the batch (``data_wait``), the adapter's ``forward_backward`` (``fwd_bwd``: local
 compute plus whatever gradient communication it does not hide) and its ``optimizer_step``
-(``optimizer``). A :class:`ComputeProbe` times forward+backward of a private copy of the model with
+(``optimizer``). Between steps, outside their timing, the rank reads how long its threads waited
+for a CPU during the step (``cpu_wait``, :mod:`harness.contention`). A :class:`ComputeProbe` times forward+backward of a private copy of the model with
 no communication at all (``compute_probe``), before and after the timed window; harness.breakdown
 splits ``fwd_bwd`` into compute and exposed communication with it.
 """
@@ -15,6 +16,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
+from .contention import runqueue_wait_s
 from .frameworks.base import FrameworkAdapter, LossFn
 
 ProgressFn = Callable[[str, int, int], None]
@@ -96,6 +98,8 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
     optimizer: list[float] = []
     losses: list[torch.Tensor] = []
     probes: list[float] = []
+    cpu_waits: list[float] = []
+    waited = None
     images_seen = 0
     batch = None
     for phase, count in (("warmup", warmup_steps), ("timed", steps)):
@@ -103,6 +107,7 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
             if probe is not None and batch is not None:  # without warm-up, only after the window
                 probes += _probe(probe, batch, probe_steps, sync)
             adapter.barrier()  # every rank starts the timed window together
+            waited = runqueue_wait_s()
             window_start = time.perf_counter()
         for index in range(count):
             started = time.perf_counter()
@@ -122,6 +127,12 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
                 optimizer.append(finished - computed)
                 losses.append(loss.detach())
                 images_seen += images.shape[0]
+                if waited is not None:  # read between steps, outside their timing
+                    before, waited = waited, runqueue_wait_s()
+                    if waited is None:
+                        cpu_waits.clear()  # schedstat went away: record nothing rather than a part
+                    else:
+                        cpu_waits.append(waited - before)
             progress(phase, index + 1, count)
     window = time.perf_counter() - window_start
     samples = {
@@ -133,6 +144,8 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
         "fwd_bwd": fwd_bwd,
         "optimizer": optimizer,
     }
+    if len(cpu_waits) == len(step_times):
+        samples["cpu_wait"] = cpu_waits
     if probe is not None:
         if batch is not None:
             probes += _probe(probe, batch, probe_steps, sync)
