@@ -17,7 +17,9 @@ V = TypeVar("V")
 """A verdict dataclass with ``kind`` and ``message`` (harness.stats' or harness.baselines')."""
 
 NOTABLE_SHARE = 0.05
-"""A wait this much above the baseline's (as a share of the window) makes a fail untrustworthy."""
+"""A wait this much above the baseline's (a share of the step time) makes a fail untrustworthy.
+No larger than the narrowest band (5%): summed over a rank's threads, the wait is at least the
+time its compute thread lost, so a neighbour that alone pushed a cell past its band shows here."""
 
 
 def runqueue_wait_s(pid: int | str = "self") -> float | None:
@@ -59,7 +61,7 @@ def distrust(verdict: V, share: float | None, baseline_share: float | None) -> V
     verdict with a notable wait but no baseline wait to compare with keeps its kind and says so."""
     if verdict.kind != "fail" or share is None or share <= NOTABLE_SHARE:
         return verdict
-    clause = f"its ranks waited for a CPU for {share:.0%} of the timed window"
+    clause = f"its ranks waited for a CPU for {share:.0%} of the step time"
     if not contended(share, baseline_share):
         if baseline_share is None:
             return dataclasses.replace(verdict, message=f"{verdict.message}; {clause} (other work on the node?)")

@@ -15,7 +15,10 @@ fault was injected.
 
 Every rerun is judged twice, from the same launch: against the baseline normalised by the machine
 yardstick (:mod:`harness.yardstick`: the suite's own judgement of a CPU cell), and raw, as measured.
-Side by side they show how much of the machine's drift the yardstick takes out.
+Side by side they show how much of the machine's drift the yardstick takes out. With
+``--neighbour-runs``, some unchanged reruns have another job competing for the cores during their
+timed window, which the yardstick cannot see and the ranks' wait for a CPU
+(:mod:`harness.contention`) can: a fail measured then counts as inconclusive, as in the suite.
 
 A slowdown of ``s`` (steps ``1 + s`` times as long) lowers throughput by ``s / (1 + s)``: 20%
 slower steps are 16.7% fewer images per second.
@@ -107,7 +110,7 @@ class Measurement:
     throughput: Estimate | None
     yardstick: Yardstick | None = None
     cpu_wait_share: float | None = None
-    """Share of the window the rank's threads waited for a CPU (:mod:`harness.contention`)."""
+    """Share of the timed steps the rank's threads waited for a CPU (:mod:`harness.contention`)."""
     warmup_dropped: int = 0
     wall_s: float = 0.0
     error: str | None = None
@@ -160,7 +163,7 @@ class SelftestReport:
     references: dict[str, Reference]
     """By judging; "yardstick" only when every baseline run timed the yardstick."""
     baseline_wait: float | None = None
-    """The baseline runs' mean share of the window spent waiting for a CPU."""
+    """The baseline runs' mean share of the timed steps spent waiting for a CPU."""
     judged: list[Judged]
     wall_s: float
     load: tuple[float, float] | None = None
@@ -210,8 +213,8 @@ def measure(records: list[dict], seed: int = 0) -> tuple[Estimate, int]:
 def judge(measurement: Measurement, references: dict[str, Reference], machine: Yardstick | None = None,
           baseline_wait: float | None = None) -> Judged:
     """Judge one rerun under every judging ``references`` holds, as the suite judges a cell:
-    ``machine`` is the baseline's yardstick, ``baseline_wait`` its runs' mean share of the window
-    spent waiting for a CPU (a fail measured while waiting notably longer is not trusted)."""
+    ``machine`` is the baseline's yardstick, ``baseline_wait`` its runs' mean share of the timed
+    steps spent waiting for a CPU (a fail measured while waiting notably longer is not trusted)."""
     if measurement.throughput is None:
         return Judged(measurement=measurement, verdicts={})
     speed = speed_ratio(measurement.yardstick, machine)
@@ -340,14 +343,13 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
         judged.append(result)
         estimate = result.measurement.throughput
         outcomes = ", ".join(f"{judging} {result.outcome(judging)}" for judging in references)
-        machine_speed = f", machine {result.speed - 1:+.1%}" if result.speed else ""
+        machine = f", machine {result.speed - 1:+.1%}" if result.speed else ""
         if result.measurement.cpu_wait_share is not None:
-            machine_speed += f", cpu wait {result.measurement.cpu_wait_share:.1%}"
+            machine += f", cpu wait {result.measurement.cpu_wait_share:.1%}"
         say(f"rerun {index + 1}/{len(order)} slowdown {size:.0%}{' with a neighbour' if neighbour else ''}: "
-            f"{_interval(estimate) if estimate else result.measurement.status}{machine_speed} -> {outcomes}")
+            f"{_interval(estimate) if estimate else result.measurement.status}{machine} -> {outcomes}")
     return SelftestReport(config=config, baseline=baseline, references=references, baseline_wait=baseline_wait,
-                          judged=judged,
-                          wall_s=time.monotonic() - started, load=(load_before, os.getloadavg()[0]))
+                          judged=judged, wall_s=time.monotonic() - started, load=(load_before, os.getloadavg()[0]))
 
 
 # --- report ---------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ def test_record_then_pass_against_the_new_baselines(suite, pytester):
     assert set(saved["cells"]) == {"ddp-synthetic-resnet50-g1", "ddp-synthetic-resnet50-g2"}
     assert saved["cells"]["ddp-synthetic-resnet50-g2"]["provenance"]["launcher"] == "torchrun"
     assert all(entry["yardstick"]["seconds"] > 0 for entry in saved["cells"].values())  # CPU cells carry one
+    assert all(0 <= entry["cpu_wait_share"] < 1 for entry in saved["cells"].values())
     results = json.loads((pytester.path / "r.json").read_text())
     assert [len(cell["records"]) for cell in results["cells"]] == [1, 2]
     assert results["launch_environment"] == {"DLSCALE_SITE_CHECK": "ib0"}
