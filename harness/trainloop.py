@@ -4,9 +4,10 @@ Each timed step is timed in three back-to-back parts, each ending at a device sy
 the wait for the batch (``data_wait``), the adapter's ``forward_backward`` (``fwd_bwd``: local
 compute plus whatever gradient communication it does not hide) and its ``optimizer_step``
 (``optimizer``). Between steps, outside their timing, the rank reads how long its threads waited
-for a CPU during the step (``cpu_wait``, :mod:`harness.contention`). A :class:`ComputeProbe` times forward+backward of a private copy of the model with
-no communication at all (``compute_probe``), before and after the timed window; harness.breakdown
-splits ``fwd_bwd`` into compute and exposed communication with it.
+for a CPU during the step (``cpu_wait``, :mod:`harness.contention`). A :class:`ComputeProbe` times
+forward+backward of a private copy of the model with no communication at all (``compute_probe``),
+before and after the timed window; harness.breakdown splits ``fwd_bwd`` into compute and exposed
+communication with it.
 """
 from __future__ import annotations
 
