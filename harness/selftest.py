@@ -402,7 +402,7 @@ def format_report(report: SelftestReport) -> str:
     waits = [j.measurement.cpu_wait_share for j in report.judged if j.measurement.cpu_wait_share is not None]
     if waits and report.baseline_wait is not None:
         busy = [j for j in report.judged if contended(j.measurement.cpu_wait_share, report.baseline_wait)]
-        lines.append(f"waiting for a CPU: baseline runs {report.baseline_wait:.1%} of the window, reruns up to "
+        lines.append(f"waiting for a CPU: baseline runs {report.baseline_wait:.1%} of the step time, reruns up to "
                      f"{max(waits):.1%}; {len(busy)} rerun(s) waited more than {NOTABLE_SHARE:.0%} above the baseline "
                      f"(other work on the node), and a fail among them counts as inconclusive")
     if speeds:
