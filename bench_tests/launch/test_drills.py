@@ -184,7 +184,7 @@ def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, re
     with open(tmp_path / "pytest.log", "wb") as log:
         # Its own session, like a terminal's foreground job: Ctrl-C goes to the whole process group.
         suite = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+                                 start_new_session=True, preexec_fn=_takes_ctrl_c)
     try:
         deadline = time.monotonic() + 300
         while not (results.exists() and list(second.glob("progress-*.json"))):
@@ -240,7 +240,7 @@ def test_a_second_ctrl_c_does_not_cut_the_clean_up_short(tmp_path, request):
     mark = uuid.uuid4().hex
     env = dict(os.environ, DLSCALE_DRILL_MARK=mark, PYTHONPATH=str(REPO))
     script = subprocess.Popen([sys.executable, "-c", STUBBORN_CELL, str(tmp_path)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+                              stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_takes_ctrl_c)
     try:
         assert script.stdout.readline() == b"started\n"
         _wait_until(lambda: len(pids_with(mark.encode())) >= 3, timeout_s=30)  # python, bash, sleep
@@ -254,6 +254,13 @@ def test_a_second_ctrl_c_does_not_cut_the_clean_up_short(tmp_path, request):
     report(request, "Ctrl-C twice, stubborn job", "(bash)", interrupt_to_exit=exited - interrupted,
            left_behind=len(left))
     assert left == [], "processes of the cell outlived the interrupted runner"
+
+
+def _takes_ctrl_c() -> None:
+    """In the child before exec: SIGINT back to its default, as a terminal's foreground job has it.
+    A job started in the background of a non-interactive shell (``cmd &``) inherits SIGINT
+    ignored, Python then keeps it ignored, and the drill's Ctrl-C would never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _press_ctrl_c(process: subprocess.Popen, presses: int, pause_s: float) -> tuple[float, float]:
