@@ -343,11 +343,11 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
         judged.append(result)
         estimate = result.measurement.throughput
         outcomes = ", ".join(f"{judging} {result.outcome(judging)}" for judging in references)
-        machine = f", machine {result.speed - 1:+.1%}" if result.speed else ""
+        conditions_seen = f", machine {result.speed - 1:+.1%}" if result.speed else ""
         if result.measurement.cpu_wait_share is not None:
-            machine += f", cpu wait {result.measurement.cpu_wait_share:.1%}"
+            conditions_seen += f", cpu wait {result.measurement.cpu_wait_share:.1%}"
         say(f"rerun {index + 1}/{len(order)} slowdown {size:.0%}{' with a neighbour' if neighbour else ''}: "
-            f"{_interval(estimate) if estimate else result.measurement.status}{machine} -> {outcomes}")
+            f"{_interval(estimate) if estimate else result.measurement.status}{conditions_seen} -> {outcomes}")
     return SelftestReport(config=config, baseline=baseline, references=references, baseline_wait=baseline_wait,
                           judged=judged, wall_s=time.monotonic() - started, load=(load_before, os.getloadavg()[0]))
 

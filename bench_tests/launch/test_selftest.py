@@ -2,15 +2,19 @@
 slowdown is caught in every run, as the suite judges a CPU cell (normalised by the machine
 yardstick); unchanged reruns while another job competes for the cores are never judged fail either.
 33 short launches, about 17 minutes on a 2-core machine, so it runs only when asked for:
-`pytest -m selftest bench_tests/launch/test_selftest.py`."""
+`pytest -m selftest bench_tests/launch/test_selftest.py`. A five-launch run of the same machinery,
+with no claim on power, runs with the other launch tests."""
 import pytest
 
 from harness.selftest import SELFTEST_WORKLOAD, SelftestConfig, format_report, run_selftest
 
-pytestmark = [pytest.mark.launch, pytest.mark.selftest]  # opt-in: pytest -m selftest
+from ..conftest import TINY
+
+pytestmark = pytest.mark.launch
 SLOWDOWN = 0.2
 
 
+@pytest.mark.selftest  # opt-in: pytest -m selftest
 @pytest.mark.parametrize("launcher", ["torchrun"], indirect=True)
 def test_unchanged_reruns_never_fail_and_a_20_percent_slowdown_always_does(launcher, tmp_path):
     config = SelftestConfig(launcher=launcher.name, repeats=10, baseline_runs=8, sizes=(SLOWDOWN,), neighbour_runs=5,
@@ -33,3 +37,22 @@ def test_unchanged_reruns_never_fail_and_a_20_percent_slowdown_always_does(launc
                     f"slowdown's {-effect:+.1%} effect on throughput, so no verdict could catch it "
                     f"(no false alarms, as required)\n{text}")
     assert slowed.counts["fail"] == config.repeats, f"missed slowdowns:\n{text}"
+
+
+@pytest.mark.parametrize("launcher", ["torchrun"], indirect=True)
+def test_the_self_test_runs_end_to_end_in_small(launcher, tmp_path):
+    """Not opt-in: five real launches of a tiny cell through the whole self-test (baseline, judged
+    reruns with a slowdown and with a neighbour, both judgings, the report). No claim on power."""
+    from harness.selftest import SelftestReport
+
+    config = SelftestConfig(launcher=launcher.name, repeats=1, baseline_runs=2, sizes=(SLOWDOWN,), neighbour_runs=1,
+                            neighbour=(0.0, 3.0), workload=TINY.replace(steps=10), workdir=tmp_path)
+    report: SelftestReport = run_selftest(config)
+    assert set(report.references) == {"yardstick", "raw"} and report.baseline_wait is not None
+    for judging in report.references:
+        rows = report.rows(judging)
+        assert [(row.slowdown, row.neighbour, row.runs, row.counts["error"]) for row in rows] == [
+            (0.0, False, 1, 0), (0.0, True, 1, 0), (SLOWDOWN, False, 1, 0)]
+    assert all(judged.speed and judged.measurement.cpu_wait_share is not None for judged in report.judged)
+    text = format_report(report)
+    assert "0% + neighbour" in text and "raw: judged raw" in text
