@@ -43,7 +43,7 @@ from .launchers import LAUNCHERS
 from .metrics import drop_leading_steps
 from .runner import CellRun, RunLimits, run_cell
 from .stats import Estimate, Verdict, detect_warmup, throughput_interval, tolerance_from_repeats, verdict
-from .yardstick import Yardstick, from_records, normalise_estimate, speed_ratio
+from .yardstick import Yardstick, from_records, mean_of, normalise_estimate, speed_ratio
 
 SELFTEST_CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1)
 SELFTEST_WORKLOAD = Workload(image_size=32, batch_size=8, warmup_steps=3, steps=30, num_workers=1, num_classes=10)
@@ -244,8 +244,7 @@ def baseline_references(baseline: Sequence[Measurement], floor_rel: float) -> tu
     references = {"raw": baseline_reference(raw, floor_rel)}
     if not all(m.yardstick for m in baseline):
         return references, None
-    machine = Yardstick(seconds=statistics.fmean(m.yardstick.seconds for m in baseline),
-                        spread=statistics.fmean(m.yardstick.spread for m in baseline))
+    machine = mean_of([m.yardstick for m in baseline])
     normalised = [normalise_estimate(m.throughput, speed_ratio(m.yardstick, machine)).value for m in baseline]
     return {"yardstick": baseline_reference(normalised, floor_rel), **references}, machine
 

@@ -34,7 +34,7 @@ from .provenance import provenance
 from .runner import CellRun, RunLimits, run_cell
 from .system import detect_system, rank_capacity
 from .tfrecord import TFRecordError, convert, open_tfrecord_set
-from .yardstick import Yardstick, from_records, normalise, speed_ratio
+from .yardstick import Yardstick, from_records, mean_of, normalise, speed_ratio
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATASET = Path(os.environ.get("DLSCALE_CACHE", Path.home() / ".cache" / "dlscale")) / "dataset"
@@ -508,8 +508,7 @@ class Suite:
         speed between repeats neither moves the stored value nor widens the band."""
         if not self.options.yardstick or not all(r.yardstick for r in results):
             return None
-        return Yardstick(seconds=statistics.fmean(r.yardstick.seconds for r in results),
-                         spread=statistics.fmean(r.yardstick.spread for r in results))
+        return mean_of([r.yardstick for r in results])
 
     def accuracy_rows(self) -> list[list[str]]:
         """Final validation accuracy, one row per schedule, one column per global batch."""

@@ -96,6 +96,12 @@ def from_records(records: Sequence[Mapping]) -> Yardstick | None:
     return Yardstick(seconds=mean, spread=spread)
 
 
+def mean_of(yardsticks: Sequence[Yardstick]) -> Yardstick:
+    """The yardstick a baseline recorded from several measurements holds: their mean."""
+    return Yardstick(seconds=statistics.fmean(y.seconds for y in yardsticks),
+                     spread=statistics.fmean(y.spread for y in yardsticks))
+
+
 def speed_ratio(now: Yardstick | None, then: Yardstick | None) -> float | None:
     """How much faster the machine runs now than then (1.2: the yardstick took 1/1.2 of the time);
     ``None`` when either side lacks a yardstick or they come from different workload versions."""
