@@ -182,6 +182,10 @@ def _change(before: float, after: float, step: float) -> str:
     return f"from {before:.3f} to {after:.3f} s/step"
 
 
+STEADY_STEP = 0.01
+"""A step time that changed less than this (relative) did not change: no part gets a share of it."""
+
+
 def attribute_regression(current: BreakdownLike, baseline_breakdown: BreakdownLike) -> str:
     """Which part of the step moved most against a baseline, in one line, e.g.
     ``"data loading +180% (0.012 -> 0.034 s/step): 96% of the step's +0.023 s/step; ..."``.
@@ -197,8 +201,10 @@ def attribute_regression(current: BreakdownLike, baseline_breakdown: BreakdownLi
     if direction * deltas[part] <= 0:  # no part moved in the step's direction
         part = max(PARTS, key=lambda p: abs(deltas[p]))
     line = f"{LABELS[part]} {_change(getattr(before, part), getattr(now, part), before.step)}"
-    if abs(step_delta) > 1e-9:
+    if abs(step_delta) > STEADY_STEP * before.step:
         line += f": {deltas[part] / step_delta:.0%} of the step's {step_delta:+.3f} s/step change"
+    else:  # a share of a change that did not happen says nothing: the parts traded time
+        line += f", while the step time held within {STEADY_STEP:.0%}"
     others = ", ".join(f"{p} {deltas[p]:+.3f}" for p in PARTS if p != part)
     return f"{line} (step {before.step:.3f} -> {now.step:.3f} s/step; {others} s/step)"
 

@@ -103,6 +103,12 @@ def test_a_part_from_zero_is_described_without_a_percentage():
     assert message.startswith("data loading from 0.000 to 0.050 s/step")
 
 
+def test_parts_that_trade_time_within_a_steady_step_get_no_share_of_it():
+    message = attribute_regression(breakdown(communication=0.4, compute=0.4, step=1.0), breakdown())
+    assert "of the step's" not in message
+    assert message.startswith("exposed communication +100% (0.200 -> 0.400 s/step), while the step time held within 1%")
+
+
 def test_breakdown_rows_mark_the_slowest_rank():
     rows = breakdown_rows(cell_breakdown([record(0), record(1, data=0.3)]))
     assert rows[0][0] == "rank" and len(rows) == 3
