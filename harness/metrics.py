@@ -4,6 +4,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from typing import Sequence
+
+from .contention import contended, wait_share
+from .stats import detect_warmup
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,6 +66,21 @@ def drop_leading_steps(records: list[dict], count: int) -> list[dict]:
     return trimmed
 
 
+def step_samples(records: list[dict]) -> tuple[list[list[float]], list[int]]:
+    """Each rank's step times and its images per step: what a throughput interval is computed from."""
+    steps = [record["step_times"] for record in records]
+    batches = [record["images"] // max(1, len(record["step_times"])) for record in records]
+    return steps, batches
+
+
+def trim_warmup(records: list[dict]) -> tuple[list[dict], int]:
+    """One launch's records without its warm-up, detected on the slowest rank's steps, and the
+    number of leading steps dropped."""
+    slowest = [max(steps) for steps in zip(*(record["step_times"] for record in records))]
+    dropped = detect_warmup(slowest)
+    return drop_leading_steps(records, dropped), dropped
+
+
 def pool_runs(runs: list[list[dict]]) -> list[dict]:
     """One record per rank with the per-step samples of several runs of the same cell, in order."""
     pooled = {}
@@ -77,6 +96,13 @@ def pool_runs(runs: list[list[dict]]) -> list[dict]:
             previous["images"] += record["images"]
             previous["window_s"] += record["window_s"]
     return [pooled[rank] for rank in sorted(pooled)]
+
+
+def pool_uncontended(runs: Sequence[list[dict]], baseline_share: float | None) -> tuple[list[dict], int]:
+    """Pool several launches' records (warm-up already dropped), leaving out the launches that were
+    ``contended``, unless every one was; returns the pooled records and how many were left out."""
+    quiet = [records for records in runs if not contended(wait_share(records), baseline_share)]
+    return pool_runs(quiet or list(runs)), (len(runs) - len(quiet) if quiet else 0)
 
 
 def parallel_efficiency(throughput: float, ranks: int, reference_throughput: float, reference_ranks: int) -> float:

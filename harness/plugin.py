@@ -48,6 +48,8 @@ OPTIONS = (
                                  "is launched again until it gets there (default 0.02)", float),
     ("--measure-budget", "measure_budget", "seconds a cell may spend in further launches for precision or a "
                                            "clear verdict (default 45)", float),
+    ("--widest-baseline", "widest_baseline", "relative half-width of a cell's 95% interval beyond which "
+                                             "--update-baselines keeps its old baseline (default 0.10)", float),
     ("--repeat", "repeat", "independent measurements per cell; with --update-baselines the band is derived "
                            "from their spread (default 1)", int),
     ("--launch-env-file", "launch_env_file", "NAME=VALUE lines every rank of every cell gets, e.g. "
@@ -180,6 +182,10 @@ def _report_baseline_changes(terminalreporter, suite: Suite) -> None:
     terminalreporter.write_line(f"updated {suite.baselines.path} ({len(suite.baseline_changes)} change(s)):")
     for change in suite.baseline_changes:
         terminalreporter.write_line(f"  {change}")
+    if suite.baselines_kept:
+        terminalreporter.write_line(f"not recorded, old baseline kept ({len(suite.baselines_kept)} cell(s)):")
+        for reason in suite.baselines_kept:
+            terminalreporter.write_line(f"  {reason}")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -20,6 +20,11 @@ Side by side they show how much of the machine's drift the yardstick takes out. 
 timed window, which the yardstick cannot see and the ranks' wait for a CPU
 (:mod:`harness.contention`) can: a fail measured then counts as inconclusive, as in the suite.
 
+As the suite does, a rerun the suite's judgement finds inconclusive is launched again (with no
+neighbour: the burst is over) while ``--measure-budget`` allows, and its launches are pooled,
+leaving out those whose ranks waited notably for a CPU. With the suite's default budget (45 s), a
+20-30 s launch gets no second one.
+
 A slowdown of ``s`` (steps ``1 + s`` times as long) lowers throughput by ``s / (1 + s)``: 20%
 slower steps are 16.7% fewer images per second.
 """
@@ -40,9 +45,10 @@ from typing import Callable, Sequence
 from .cells import Cell, Workload
 from .contention import NOTABLE_SHARE, contended, distrust, wait_share
 from .launchers import LAUNCHERS
-from .metrics import drop_leading_steps
+from .metrics import pool_uncontended, step_samples, trim_warmup
 from .runner import CellRun, RunLimits, run_cell
-from .stats import Estimate, Verdict, detect_warmup, throughput_interval, tolerance_from_repeats, verdict
+from .stats import Estimate, Verdict, throughput_interval, tolerance_from_repeats, verdict
+from .suite import DEFAULT_MEASURE_BUDGET_S, format_table
 from .yardstick import Yardstick, from_records, mean_of, normalise_estimate, speed_ratio
 
 SELFTEST_CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1)
@@ -86,6 +92,9 @@ class SelftestConfig:
     """When the neighbour's job starts after the launch, and for how long it runs (seconds): by
     default a burst inside the timed window of the default cell on a 2-core machine, which the
     yardstick timed before and after the window cannot see."""
+    measure_budget: float = DEFAULT_MEASURE_BUDGET_S
+    """Seconds one rerun may take in all, as the suite's ``--measure-budget``: an inconclusive rerun
+    is launched again while its launches so far plus one more fit."""
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
@@ -95,6 +104,8 @@ class SelftestConfig:
         if self.neighbour_runs < 0 or len(self.neighbour) != 2 or min(self.neighbour) < 0:
             raise ValueError(f"neighbour runs must be >= 0 and the neighbour (start, duration) seconds >= 0, got "
                              f"{self.neighbour_runs} and {list(self.neighbour)}")
+        if self.measure_budget < 0:
+            raise ValueError(f"the measuring budget must be >= 0 seconds, got {self.measure_budget}")
         if any(not size > 0 for size in self.sizes):
             raise ValueError(f"slowdown sizes must be positive fractions (0.1 for 10%), got {list(self.sizes)}")
 
@@ -112,6 +123,10 @@ class Measurement:
     cpu_wait_share: float | None = None
     """Share of the timed steps the rank's threads waited for a CPU (:mod:`harness.contention`)."""
     warmup_dropped: int = 0
+    launches: int = 1
+    """Launches pooled into this measurement: more than one when a rerun was measured again."""
+    contended_launches: int = 0
+    """Launches left out of the pool because their ranks waited notably for a CPU."""
     wall_s: float = 0.0
     error: str | None = None
 
@@ -202,12 +217,25 @@ class SelftestReport:
 
 def measure(records: list[dict], seed: int = 0) -> tuple[Estimate, int]:
     """Throughput interval of one launch as the suite computes it, and the warm-up steps dropped."""
-    slowest = [max(steps) for steps in zip(*(record["step_times"] for record in records))]
-    dropped = detect_warmup(slowest)
-    kept = drop_leading_steps(records, dropped)
-    steps = [record["step_times"] for record in kept]
-    batches = [record["images"] // max(1, len(record["step_times"])) for record in kept]
-    return throughput_interval(steps, batches, seed=seed), dropped
+    kept, dropped = trim_warmup(records)
+    return throughput_interval(*step_samples(kept), seed=seed), dropped
+
+
+def pooled_measurement(runs: Sequence[CellRun], slowdown: float, neighbour: bool = False,
+                       baseline_wait: float | None = None) -> Measurement:
+    """One rerun's launches measured as the suite measures a cell's: each without its warm-up, the
+    contended ones left out unless all were, the rest pooled into one interval."""
+    wall_s = sum(run.wall_s for run in runs)
+    failed = next((run for run in runs if not run.ok), None)
+    if failed:
+        return Measurement(slowdown=slowdown, neighbour=neighbour, status=failed.status, throughput=None,
+                           launches=len(runs), wall_s=wall_s, error=failed.error)
+    trimmed = [trim_warmup(run.records) for run in runs]
+    records, left_out = pool_uncontended([kept for kept, _ in trimmed], baseline_wait)
+    return Measurement(slowdown=slowdown, neighbour=neighbour, status="ok",
+                       throughput=throughput_interval(*step_samples(records)), yardstick=from_records(records),
+                       cpu_wait_share=wait_share(records), warmup_dropped=sum(dropped for _, dropped in trimmed),
+                       launches=len(runs), contended_launches=left_out, wall_s=wall_s)
 
 
 def judge(measurement: Measurement, references: dict[str, Reference], machine: Yardstick | None = None,
@@ -289,7 +317,7 @@ def neighbour_job(start_s: float, duration_s: float):
             process.wait()
 
 
-def launch(config: SelftestConfig, slowdown: float, launcher=None, neighbour: bool = False) -> Measurement:
+def launch(config: SelftestConfig, slowdown: float, launcher=None, neighbour: bool = False) -> CellRun:
     """One real launch of the self-test cell, slowed by ``slowdown`` (0: unchanged), with a
     neighbour's job competing for the cores if ``neighbour``."""
     launcher = launcher or LAUNCHERS.create(config.launcher)
@@ -299,15 +327,23 @@ def launch(config: SelftestConfig, slowdown: float, launcher=None, neighbour: bo
     if slowdown:
         extra["fault"] = {"kind": "slow", "fraction": slowdown}
     with neighbour_job(*config.neighbour) if neighbour else contextlib.nullcontext():
-        run: CellRun = run_cell(config.cell, config.workload, launcher, workdir=config.workdir, limits=config.limits,
-                                spec_extra=extra)
-    if not run.ok:
-        return Measurement(slowdown=slowdown, neighbour=neighbour, status=run.status, throughput=None,
-                           wall_s=run.wall_s, error=run.error)
-    estimate, dropped = measure(run.records)
-    return Measurement(slowdown=slowdown, neighbour=neighbour, status=run.status, throughput=estimate,
-                       yardstick=from_records(run.records), cpu_wait_share=wait_share(run.records),
-                       warmup_dropped=dropped, wall_s=run.wall_s)
+        return run_cell(config.cell, config.workload, launcher, workdir=config.workdir, limits=config.limits,
+                        spec_extra=extra)
+
+
+def judged_rerun(launch_once: Callable[[bool], CellRun], judge_measurement: Callable[[Measurement], Judged],
+                 judging: str, budget_s: float, slowdown: float, neighbour: bool = False,
+                 baseline_wait: float | None = None) -> Judged:
+    """Launch one rerun (``launch_once(with_neighbour)``), and launch it again, with no neighbour,
+    while ``judging`` finds it inconclusive and ``budget_s`` allows one more launch, as the suite
+    measures a cell; judged on the pooled launches."""
+    runs: list[CellRun] = []
+    while True:
+        runs.append(launch_once(neighbour and not runs))
+        judged = judge_measurement(pooled_measurement(runs, slowdown, neighbour, baseline_wait))
+        if (not runs[-1].ok or judged.outcome(judging) != "inconclusive"
+                or judged.measurement.wall_s + runs[-1].wall_s > budget_s):
+            return judged
 
 
 def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | None = None) -> SelftestReport:
@@ -321,7 +357,7 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
     load_before = os.getloadavg()[0]
     baseline = []
     for index in range(config.baseline_runs):
-        measurement = launch(config, 0.0, launcher)
+        measurement = pooled_measurement([launch(config, 0.0, launcher)], 0.0)
         if measurement.throughput is None:
             raise RuntimeError(f"baseline run {index + 1} {measurement.status}:\n{measurement.error}")
         baseline.append(measurement)
@@ -336,15 +372,20 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
     order = [(size, False) for size in (0.0, *config.sizes) for _ in range(config.repeats)]
     order += [(0.0, True)] * config.neighbour_runs
     random.Random(config.seed).shuffle(order)
+    suite_judging = next(j for j in JUDGINGS if j in references)
     judged = []
     for index, (size, neighbour) in enumerate(order):
-        result = judge(launch(config, size, launcher, neighbour), references, machine, baseline_wait)
+        result = judged_rerun(lambda with_neighbour: launch(config, size, launcher, with_neighbour),
+                              lambda measurement: judge(measurement, references, machine, baseline_wait),
+                              suite_judging, config.measure_budget, size, neighbour, baseline_wait)
         judged.append(result)
         estimate = result.measurement.throughput
         outcomes = ", ".join(f"{judging} {result.outcome(judging)}" for judging in references)
         conditions_seen = f", machine {result.speed - 1:+.1%}" if result.speed else ""
         if result.measurement.cpu_wait_share is not None:
             conditions_seen += f", cpu wait {result.measurement.cpu_wait_share:.1%}"
+        if result.measurement.launches > 1:
+            conditions_seen += f", {launches_text(result.measurement)}"
         say(f"rerun {index + 1}/{len(order)} slowdown {size:.0%}{' with a neighbour' if neighbour else ''}: "
             f"{_interval(estimate) if estimate else result.measurement.status}{conditions_seen} -> {outcomes}")
     return SelftestReport(config=config, baseline=baseline, references=references, baseline_wait=baseline_wait,
@@ -387,9 +428,12 @@ TITLES = {"yardstick": "judged against the baseline normalised by the machine ya
           "raw": "judged raw, as measured (machine drift included)"}
 
 
-def format_report(report: SelftestReport) -> str:
-    from .suite import format_table
+def launches_text(measurement: Measurement) -> str:
+    left_out = f", {measurement.contended_launches} contended left out" if measurement.contended_launches else ""
+    return f"{measurement.launches} launches pooled{left_out}"
 
+
+def format_report(report: SelftestReport) -> str:
     c = report.config
     widths = [j.measurement.throughput.half_width_rel for j in report.judged if j.measurement.throughput]
     lines = [
@@ -404,6 +448,11 @@ def format_report(report: SelftestReport) -> str:
         lines.append(f"waiting for a CPU: baseline runs {report.baseline_wait:.1%} of the step time, reruns up to "
                      f"{max(waits):.1%}; {len(busy)} rerun(s) waited more than {NOTABLE_SHARE:.0%} above the baseline "
                      f"(other work on the node), and a fail among them counts as inconclusive")
+    again = [j.measurement for j in report.judged if j.measurement.launches > 1]
+    lines.append(f"measured again (inconclusive, within {c.measure_budget:.0f} s per rerun): {len(again)} of "
+                 f"{len(report.judged)} reruns"
+                 + (f", {sum(m.launches for m in again)} launches in all, {sum(m.contended_launches for m in again)} "
+                    "of them contended and left out" if again else ""))
     if speeds:
         lines.append(f"machine speed by the yardstick, reruns against the baseline runs: median "
                      f"{statistics.median(speeds) - 1:+.1%}, from {speeds[0] - 1:+.1%} to {speeds[-1] - 1:+.1%}")
@@ -475,6 +524,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--neighbour-runs", type=int, default=0,
                         help="extra unchanged reruns with a neighbour's job busy on every core for a while (default 0)")
+    parser.add_argument("--measure-budget", type=float, default=DEFAULT_MEASURE_BUDGET_S,
+                        help="seconds one rerun may take in all: an inconclusive rerun is launched again while "
+                             f"this allows, as the suite's --measure-budget (default {DEFAULT_MEASURE_BUDGET_S:.0f})")
     parser.add_argument("--neighbour", type=_seconds_pair, default=DEFAULT_NEIGHBOUR,
                         help="when the neighbour's job starts after the launch and how long it runs, seconds "
                              "(default 12,10)")
@@ -487,7 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             workload=SELFTEST_WORKLOAD.replace(steps=args.steps, warmup_steps=args.warmup_steps,
                                                image_size=args.image_size, batch_size=args.batch_size),
             band_floor=args.band_floor, device=args.device, threads_per_rank=args.threads or None,
-            workdir=args.workdir, seed=args.seed, neighbour_runs=args.neighbour_runs, neighbour=args.neighbour)
+            workdir=args.workdir, seed=args.seed, neighbour_runs=args.neighbour_runs, neighbour=args.neighbour,
+            measure_budget=args.measure_budget)
     except ValueError as error:
         parser.error(str(error))
     report = run_selftest(config, on_progress=lambda line: print(f"  [selftest] {line}", flush=True))

@@ -16,7 +16,7 @@ from .baselines import BaselineFile, Verdict, judge
 from .cells import (DEFAULT_MATRIX, PROFILES, AccuracyCell, AccuracySettings, Cell, Matrix, Workload,
                     accuracy_cells, parse_list, parse_ranks)
 from .breakdown import CellBreakdown, attribute_regression, cell_breakdown, has_breakdown
-from .contention import contended, distrust, wait_share
+from .contention import distrust, wait_share
 from .dataset import DatasetError, ensure, validate_image_folder
 from .environment import capture as capture_environment
 from .fingerprint import fingerprint, fingerprint_differences, fingerprint_hash
@@ -27,8 +27,8 @@ from .allocation import launch_environment
 from .launchers import LAUNCHERS, Launcher, default_launcher_name
 from .frameworks import FRAMEWORKS
 from .loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
-from .metrics import CellMetrics, drop_leading_steps, pool_runs, summarize
-from .stats import (Estimate, detect_warmup, efficiency_interval, needs_more_samples, throughput_interval,
+from .metrics import CellMetrics, pool_uncontended, step_samples, summarize, trim_warmup
+from .stats import (Estimate, efficiency_interval, needs_more_samples, throughput_interval,
                     tolerance_from_repeats)
 from .provenance import provenance
 from .runner import CellRun, RunLimits, run_cell
@@ -45,6 +45,9 @@ ACCURACY_SETTINGS = AccuracySettings()
 
 class SuiteError(ValueError):
     """A setting or input that stops the suite before any process starts."""
+
+
+DEFAULT_MEASURE_BUDGET_S = 45.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -72,11 +75,14 @@ class SuiteOptions:
     hang_timeout: float | None = None
     precision: float = 0.02
     """Target relative half-width of a cell's throughput interval."""
-    measure_budget: float = 45.0
+    measure_budget: float = DEFAULT_MEASURE_BUDGET_S
     """Seconds a cell may spend in further launches to reach ``precision`` or a clear verdict."""
     repeat: int = 1
     """Independent measurements per cell; with --update-baselines their spread sets the band."""
     band_floor: float = 0.05
+    widest_baseline: float = 0.10
+    """Relative half-width of a measured interval beyond which ``--update-baselines`` keeps the
+    old baseline: a reference that uncertain cannot place a band of 5-15%."""
     """Narrowest band --repeat may derive."""
     yardstick: bool = True
     """Judge a CPU cell's throughput normalised to its baseline's machine speed (harness.yardstick);
@@ -183,11 +189,27 @@ def _uses_gpus(device: str) -> bool:
     return torch.cuda.is_available()
 
 
+def too_uncertain_to_record(results: list[CellResult], widest: float) -> str | None:
+    """Why these measurements of a cell cannot be its baseline (a 95% interval wider than
+    ``+-widest``, relative), or ``None``."""
+    for result in results:
+        for metric in ("throughput", "efficiency"):
+            estimate = getattr(result, metric)
+            if estimate is not None and estimate.half_width_rel > widest:
+                waited = (f", its ranks waiting for a CPU for {result.cpu_wait_share:.0%} of the step time"
+                          if result.cpu_wait_share else "")
+                return (f"{metric} {estimate.value:.4g} +-{estimate.half_width_rel:.1%} is too uncertain for a "
+                        f"baseline (widest +-{widest:.1%}){waited}")
+    return None
+
+
 class Suite:
     def __init__(self, options: SuiteOptions):
         self.options = options
         self.results: list[CellResult] = []
         self.baseline_changes: list[str] | None = None
+        self.baselines_kept: list[str] = []
+        """Cells ``--update-baselines`` did not record, each with why."""
         self.accuracy_results: list[AccuracyResult] = []
         self._prepared = False
         try:
@@ -337,16 +359,10 @@ class Suite:
         append_history(self.options.history_dir / f"{self.system}.jsonl", [row])
 
     def _evaluate(self, result: CellResult) -> None:
-        per_run = []
-        result.warmup_dropped = []
-        for run in result.runs:
-            slowest = [max(steps) for steps in zip(*(r["step_times"] for r in run.records))]
-            dropped = detect_warmup(slowest)
-            per_run.append(drop_leading_steps(run.records, dropped))
-            result.warmup_dropped.append(dropped)
-        quiet = [records for records in per_run if not contended(wait_share(records), self._baseline_wait(result))]
-        result.contended_runs = len(per_run) - len(quiet) if quiet else 0
-        result.records = pool_runs(quiet or per_run)
+        trimmed = [trim_warmup(run.records) for run in result.runs]
+        result.warmup_dropped = [dropped for _, dropped in trimmed]
+        result.records, result.contended_runs = pool_uncontended([records for records, _ in trimmed],
+                                                                 self._baseline_wait(result))
         result.metrics = summarize(result.records)
         result.fingerprint = fingerprint(result.records, dataclasses.asdict(self._workload), result.cell.id,
                                          config_hash=result.config_hash)
@@ -359,9 +375,7 @@ class Suite:
 
     @staticmethod
     def _samples(result: CellResult) -> tuple[list[list[float]], list[int]]:
-        steps = [record["step_times"] for record in result.records]
-        batches = [record["images"] // max(1, len(record["step_times"])) for record in result.records]
-        return steps, batches
+        return step_samples(result.records)
 
     def _reference_cell(self, cell: Cell) -> Cell:
         return dataclasses.replace(cell, ranks=min(self.matrix.ranks))
@@ -467,6 +481,11 @@ class Suite:
         for cell, results in by_cell.items():
             if not all(r.ok for r in results):
                 continue  # a cell that failed in any repeat keeps its old baseline
+            too_wide = too_uncertain_to_record(results, self.options.widest_baseline)
+            if too_wide:
+                self.baselines_kept.append(f"{cell.id}: {too_wide}; measure it again on a quiet node or with a "
+                                           "larger --measure-budget")
+                continue
             last = results[-1]
             entry = {"cell": cell.id, "metrics": {}, "bands": {}, "config_hash": last.config_hash,
                      "config": dataclasses.asdict(self._workload), "fingerprint": last.fingerprint,

@@ -10,7 +10,8 @@ from ..conftest import TINY
 pytestmark = pytest.mark.launch
 SCALING_TEST = Path(__file__).resolve().parents[1] / "scaling" / "test_scaling.py"
 TINY_FLAGS = ["--image-size", str(TINY.image_size), "--batch-size", str(TINY.batch_size), "--steps", str(TINY.steps),
-              "--warmup-steps", str(TINY.warmup_steps), "--num-workers", str(TINY.num_workers)]
+              "--warmup-steps", str(TINY.warmup_steps), "--num-workers", str(TINY.num_workers),
+              "--widest-baseline", "1"]  # five steps make no precise baseline; these tests are about the flow
 
 
 @pytest.fixture
@@ -59,6 +60,20 @@ def test_record_then_pass_against_the_new_baselines(suite, pytester):
         assert "normalised to the baseline's machine speed" in cell["verdicts"][0]["message"]
     again = json.loads(suite.baseline_file.read_text())["cells"]["ddp-synthetic-resnet50-g2"]["throughput"]
     assert (again["lower"], again["upper"]) == (-0.9, None)
+
+
+def test_a_measurement_too_uncertain_for_a_baseline_keeps_the_old_one(suite):
+    """Every real interval is wider than +-0.01%, so this asks for a precision no launch has."""
+    suite.baseline_file.parent.mkdir()
+    old = {"schema_version": 1, "cells": {
+        "ddp-synthetic-resnet50-g1": {"throughput": {"value": 10.0, "lower": -0.9, "upper": None, "unit": "img/s"}}}}
+    suite.baseline_file.write_text(json.dumps(old))
+    result = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines", "--widest-baseline", "0.0001")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*not recorded, old baseline kept (1 cell(s)):*",
+                                 "*ddp-synthetic-resnet50-g1: throughput * +-* is too uncertain for a baseline "
+                                 "(widest +-0.0%)*measure it again on a quiet node*"])
+    assert json.loads(suite.baseline_file.read_text()) == old
 
 
 def test_a_throughput_far_below_the_baseline_fails_the_cell(suite):

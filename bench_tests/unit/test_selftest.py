@@ -4,15 +4,26 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.selftest import (Judged, Measurement, SelftestConfig, SelftestReport, baseline_reference,
-                              baseline_references, format_report, judge, measure)
+from pathlib import Path
+
+from harness.runner import CellRun
+from harness.selftest import (SELFTEST_CELL, Judged, Measurement, SelftestConfig, SelftestReport, baseline_reference,
+                              baseline_references, format_report, judge, judged_rerun, measure, pooled_measurement)
 from harness.stats import Estimate, Verdict
 from harness.yardstick import Yardstick
 
 
-def records(rng, slowdown=0.0, steps=30, step_s=0.2, cv=0.05, batch=8) -> list[dict]:
+def records(rng, slowdown=0.0, steps=30, step_s=0.2, cv=0.05, batch=8, cpu_wait=0.0) -> list[dict]:
     times = step_s * (1 + slowdown) * (1 + cv * rng.standard_normal(steps))
-    return [{"rank": 0, "step_times": list(times), "data_wait": [0.0] * steps, "images": batch * steps}]
+    return [{"rank": 0, "step_times": list(times), "data_wait": [0.0] * steps, "images": batch * steps,
+             "window_s": float(times.sum()), "cpu_wait": list(times * cpu_wait)}]
+
+
+def simulated_run(records: list[dict], wall_s: float = 10.0, status: str = "ok") -> CellRun:
+    """What a launch returns, around simulated records: the re-measuring policy needs no real launch."""
+    return CellRun(cell=SELFTEST_CELL, launcher="simulated", command=[], status=status, records=records,
+                   error=None if status == "ok" else "rank 0 hung", wall_s=wall_s, log_path=Path("/dev/null"),
+                   token="", orphans_killed=[])
 
 
 def test_measure_drops_a_slow_start_and_gives_images_per_second():
@@ -102,3 +113,56 @@ def test_report_table_counts_and_rates():
     assert lines["0%"][5:11] == ["10", "1", "0", "9", "0", "0"] and "10%" in lines["0%"]
     assert lines["10%"][5:11] == ["10", "5", "4", "0", "1", "0"] and "50%" in lines["10%"]
     assert lines["20%"][5:11] == ["10", "9", "0", "0", "0", "1"] and "100%" in lines["20%"]  # of runs that completed
+
+
+def test_pooled_launches_leave_out_the_contended_one():
+    rng = np.random.default_rng(4)
+    quiet = [simulated_run(records(rng, cv=0.01)) for _ in range(2)]
+    busy = simulated_run(records(rng, cv=0.01, step_s=0.4, cpu_wait=0.3))
+    pooled = pooled_measurement([quiet[0], busy, quiet[1]], slowdown=0.0, baseline_wait=0.001)
+    assert (pooled.launches, pooled.contended_launches, pooled.wall_s) == (3, 1, 30.0)
+    assert pooled.throughput.value == pytest.approx(8 / 0.2, rel=0.02)
+    assert pooled.cpu_wait_share == pytest.approx(0.0)
+    alone = pooled_measurement([busy], slowdown=0.0, baseline_wait=0.001)
+    assert alone.contended_launches == 0 and alone.cpu_wait_share == pytest.approx(0.3)
+    failed = pooled_measurement([quiet[0], simulated_run([], status="hung")], slowdown=0.0)
+    assert failed.throughput is None and failed.status == "hung" and "rank 0" in failed.error
+
+
+def test_an_inconclusive_rerun_is_launched_again_without_its_neighbour_while_the_budget_allows():
+    rng = np.random.default_rng(5)
+    neighbours = []
+
+    def launch_once(with_neighbour):
+        neighbours.append(with_neighbour)
+        return simulated_run(records(rng), wall_s=10.0)
+
+    def inconclusive_below(launches):
+        def judge_measurement(measurement):
+            kind = "inconclusive" if measurement.launches < launches else "pass"
+            return Judged(measurement=measurement, verdicts={"raw": Verdict(kind=kind, message="")})
+        return judge_measurement
+
+    judged = judged_rerun(launch_once, inconclusive_below(3), "raw", budget_s=100.0, slowdown=0.0, neighbour=True)
+    assert neighbours == [True, False, False]
+    assert (judged.measurement.launches, judged.outcome("raw"), judged.measurement.neighbour) == (3, "pass", True)
+
+    neighbours.clear()  # 10 s spent + 10 s more fit in 25 s; 20 s + 10 s do not
+    judged = judged_rerun(launch_once, inconclusive_below(5), "raw", budget_s=25.0, slowdown=0.0)
+    assert (len(neighbours), judged.outcome("raw")) == (2, "inconclusive")
+
+    neighbours.clear()
+    judged_rerun(launch_once, inconclusive_below(5), "raw", budget_s=0.0, slowdown=0.0)
+    assert len(neighbours) == 1
+
+
+def test_a_rerun_whose_launch_fails_is_not_launched_again():
+    launches = []
+
+    def launch_once(with_neighbour):
+        launches.append(with_neighbour)
+        return simulated_run([], status="hung")
+
+    judged = judged_rerun(launch_once, lambda m: judge(m, {"raw": baseline_reference([40.0, 41.0], 0.1)}),
+                          "raw", budget_s=1000.0, slowdown=0.1)
+    assert len(launches) == 1 and judged.outcome("raw") == "error"
