@@ -80,10 +80,10 @@ class SuiteOptions:
     repeat: int = 1
     """Independent measurements per cell; with --update-baselines their spread sets the band."""
     band_floor: float = 0.05
+    """Narrowest band --repeat may derive."""
     widest_baseline: float = 0.10
     """Relative half-width of a measured interval beyond which ``--update-baselines`` keeps the
     old baseline: a reference that uncertain cannot place a band of 5-15%."""
-    """Narrowest band --repeat may derive."""
     yardstick: bool = True
     """Judge a CPU cell's throughput normalised to its baseline's machine speed (harness.yardstick);
     False judges it as measured, e.g. to check the machine itself."""
@@ -198,8 +198,9 @@ def too_uncertain_to_record(results: list[CellResult], widest: float) -> str | N
             if estimate is not None and estimate.half_width_rel > widest:
                 waited = (f", its ranks waiting for a CPU for {result.cpu_wait_share:.0%} of the step time"
                           if result.cpu_wait_share else "")
-                return (f"{metric} {estimate.value:.4g} +-{estimate.half_width_rel:.1%} is too uncertain for a "
-                        f"baseline (widest +-{widest:.1%}){waited}")
+                spread = "has no interval (too few steps)" if estimate.too_few_samples else \
+                    f"+-{estimate.half_width_rel:.1%} is too uncertain"
+                return f"{metric} {estimate.value:.4g} {spread} for a baseline (widest +-{widest:.1%}){waited}"
     return None
 
 

@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 
@@ -118,3 +119,23 @@ def test_update_drops_a_yardstick_the_new_figures_were_not_measured_with(tmp_pat
     data, _ = file.updated([{"cell": "c", "metrics": {"throughput": 60.0}, "config_hash": "h", "config": {},
                              "provenance": {}, "yardstick": {"seconds": 0.2, "spread": 0.01, "version": 1}}])
     assert data["cells"]["c"]["yardstick"]["seconds"] == 0.2
+
+
+def test_a_measurement_too_uncertain_for_a_baseline_says_why():
+    from harness.cells import Cell
+    from harness.suite import CellResult, too_uncertain_to_record
+
+    def result(throughput: Estimate, wait: float | None = None) -> CellResult:
+        measured = CellResult(cell=Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1), runs=[],
+                              config_hash="0")
+        measured.throughput, measured.cpu_wait_share = throughput, wait
+        return measured
+
+    precise = result(Estimate(value=30.0, low=29.5, high=30.5))
+    assert too_uncertain_to_record([precise], widest=0.10) is None
+    burst = result(Estimate(value=18.24, low=9.06, high=37.23), wait=0.587)  # a real one, from a busy node
+    assert too_uncertain_to_record([precise, burst], widest=0.10) == (
+        "throughput 18.24 +-77.2% is too uncertain for a baseline (widest +-10.0%), its ranks waiting for a CPU "
+        "for 59% of the step time")
+    few = result(Estimate(value=30.0, low=math.nan, high=math.nan))
+    assert "has no interval (too few steps)" in too_uncertain_to_record([few], widest=0.10)
