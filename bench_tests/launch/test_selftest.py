@@ -21,7 +21,7 @@ SLOWDOWN = 0.2
 def test_unchanged_reruns_never_fail_and_a_20_percent_slowdown_always_does(launcher, tmp_path):
     config = SelftestConfig(launcher=launcher.name, repeats=10, baseline_runs=12, sizes=(SLOWDOWN,), neighbour_runs=5,
                             measure_budget=60.0, workload=SELFTEST_WORKLOAD, workdir=tmp_path)
-    report = run_selftest(config)
+    report = run_selftest(config, on_progress=lambda line: print(f"  [selftest] {line}", flush=True))  # with -s
     text = format_report(report)
     print(text)
     judging = report.judging
