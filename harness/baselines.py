@@ -157,22 +157,24 @@ class BaselineFile:
 
 
 def judge(measured: Estimate, reference: Reference | None, *, metric: str, machine_speed: float | None = None,
-          raw_because: str = "") -> Verdict:
+          machine_drift: float = 0.0, raw_because: str = "") -> Verdict:
     """Judge a measured interval against its reference band (higher is better): pass, fail,
     inconclusive (the interval straddles the band's lower edge) or faster.
 
     ``machine_speed``: the machine's speed now relative to the baseline's, by the yardstick; the
-    interval is then judged normalised to the baseline's machine speed. ``raw_because``: why a
+    interval is then judged normalised to the baseline's machine speed, widened by ``machine_drift``
+    (the speed's change across the launch, :attr:`yardstick.Yardstick.drift`). ``raw_because``: why a
     figure that could have been normalised was judged as measured, said in the verdict."""
     if reference is None:
         return Verdict(kind="no-baseline", message=f"no {metric} baseline")
-    judged = normalise_estimate(measured, machine_speed)
+    judged = normalise_estimate(measured, machine_speed, machine_drift)
     result = verdict(judged, reference.value, reference.lower, reference.upper)
     note = " (default band: the baseline gives none)" if reference.defaulted else ""
     relative = judged.value / reference.value - 1
     if machine_speed is not None:
-        how = (f" normalised to the baseline's machine speed (machine {machine_speed - 1:+.1%} by the yardstick; "
-               f"as measured {measured.value / reference.value - 1:+.1%})")
+        how = (f" normalised to the baseline's machine speed (machine {machine_speed - 1:+.1%} by the yardstick, "
+               f"{machine_drift:.1%} apart before and after the window; as measured "
+               f"{measured.value / reference.value - 1:+.1%})")
     else:
         how = f" as measured ({raw_because})" if raw_because else ""
     return Verdict(kind=result.kind, message=f"{metric} {relative:+.1%}{how} against baseline {reference.value:.4g} "

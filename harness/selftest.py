@@ -58,7 +58,7 @@ DEFAULT_SIZES = (0.05, 0.1, 0.2)
 RELIABLE = 0.9
 """Detection rate at which a slowdown counts as caught reliably."""
 OUTCOMES = ("fail", "inconclusive", "pass", "faster", "error")
-DEFAULT_NEIGHBOUR = (12.0, 10.0)
+DEFAULT_NEIGHBOUR = (8.0, 8.0)
 JUDGINGS = ("yardstick", "raw")
 """Normalised to the baseline's machine speed (the suite's judgement of a CPU cell), or as measured."""
 
@@ -89,9 +89,11 @@ class SelftestConfig:
     neighbour_runs: int = 0
     """Unchanged reruns during which a neighbour's job keeps every core busy for a while."""
     neighbour: tuple[float, float] = DEFAULT_NEIGHBOUR
-    """When the neighbour's job starts after the launch, and for how long it runs (seconds): by
-    default a burst inside the timed window of the default cell on a 2-core machine, which the
-    yardstick timed before and after the window cannot see."""
+    """When the neighbour's job starts, in seconds after rank 0 begins its timed steps, and for how
+    long it runs: by default a burst in the second half of the default cell's window, which the
+    yardstick timed before and after the window cannot see. A burst at the window's start would
+    be dropped with the warm-up (:func:`stats.detect_warmup` cuts a slow leading stretch, up to half
+    the steps) and so test nothing."""
     measure_budget: float = DEFAULT_MEASURE_BUDGET_S
     """Seconds one rerun may take in all, as the suite's ``--measure-budget``: an inconclusive rerun
     is launched again while its launches so far plus one more fit."""
@@ -250,7 +252,8 @@ def judge(measurement: Measurement, references: dict[str, Reference], machine: Y
     for judging, reference in references.items():
         if judging == "yardstick" and speed is None:
             continue
-        measured = normalise_estimate(measurement.throughput, speed) if judging == "yardstick" else measurement.throughput
+        measured = (normalise_estimate(measurement.throughput, speed, measurement.yardstick.drift)
+                    if judging == "yardstick" else measurement.throughput)
         verdicts[judging] = distrust(verdict(measured, reference.value, *reference.band),
                                      measurement.cpu_wait_share, baseline_wait)
     return Judged(measurement=measurement, verdicts=verdicts, speed=speed)
@@ -286,13 +289,22 @@ def conditions(config: SelftestConfig) -> list[tuple[float, bool]]:
 
 
 NEIGHBOUR_JOB = """
-import sys, time
+import json, sys, time
 import numpy as np
+progress, started = sys.argv[1], time.time()
+while True:  # until rank 0 reports a timed step of this launch
+    try:
+        seen = json.loads(open(progress).read())
+        if seen["phase"] == "timed" and seen["time"] >= started:
+            break
+    except (OSError, ValueError, KeyError):
+        pass
+    time.sleep(0.1)
 matrix = np.ones((256, 256), dtype=np.float32)
 source = np.ones(16 * 2**20, dtype=np.float32)
 target = np.empty_like(source)
-time.sleep(float(sys.argv[1]))
-end = time.monotonic() + float(sys.argv[2])
+time.sleep(float(sys.argv[2]))
+end = time.monotonic() + float(sys.argv[3])
 while time.monotonic() < end:
     for _ in range(4):
         matrix @ matrix
@@ -302,11 +314,12 @@ while time.monotonic() < end:
 
 
 @contextlib.contextmanager
-def neighbour_job(start_s: float, duration_s: float):
+def neighbour_job(progress: Path, start_s: float, duration_s: float):
     """Another job on this machine, in a session of its own as another user's job would be: one busy
-    process per core from ``start_s`` for ``duration_s``."""
+    process per core for ``duration_s``, from ``start_s`` after the ``progress`` file (a rank's
+    heartbeat, :class:`harness.worker.ProgressFile`) first shows a timed step."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    processes = [subprocess.Popen([sys.executable, "-c", NEIGHBOUR_JOB, str(start_s), str(duration_s)],
+    processes = [subprocess.Popen([sys.executable, "-c", NEIGHBOUR_JOB, str(progress), str(start_s), str(duration_s)],
                                   env=environment, start_new_session=True)
                  for _ in range(os.cpu_count() or 1)]
     try:
@@ -326,7 +339,8 @@ def launch(config: SelftestConfig, slowdown: float, launcher=None, neighbour: bo
         extra["threads_per_rank"] = config.threads_per_rank
     if slowdown:
         extra["fault"] = {"kind": "slow", "fraction": slowdown}
-    with neighbour_job(*config.neighbour) if neighbour else contextlib.nullcontext():
+    progress = config.workdir / config.cell.id / "progress-rank0.json"  # where run_cell's rank 0 reports
+    with neighbour_job(progress, *config.neighbour) if neighbour else contextlib.nullcontext():
         return run_cell(config.cell, config.workload, launcher, workdir=config.workdir, limits=config.limits,
                         spec_extra=extra)
 
@@ -381,7 +395,8 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
         judged.append(result)
         estimate = result.measurement.throughput
         outcomes = ", ".join(f"{judging} {result.outcome(judging)}" for judging in references)
-        conditions_seen = f", machine {result.speed - 1:+.1%}" if result.speed else ""
+        conditions_seen = (f", machine {result.speed - 1:+.1%} ({result.measurement.yardstick.drift:.0%} apart before "
+                           "and after)") if result.speed else ""
         if result.measurement.cpu_wait_share is not None:
             conditions_seen += f", cpu wait {result.measurement.cpu_wait_share:.1%}"
         if result.measurement.launches > 1:
@@ -456,6 +471,9 @@ def format_report(report: SelftestReport) -> str:
     if speeds:
         lines.append(f"machine speed by the yardstick, reruns against the baseline runs: median "
                      f"{statistics.median(speeds) - 1:+.1%}, from {speeds[0] - 1:+.1%} to {speeds[-1] - 1:+.1%}")
+        drifts = sorted(j.measurement.yardstick.drift for j in report.judged if j.speed)
+        lines.append(f"machine speed before and after a rerun's window, apart by: median {statistics.median(drifts):.1%}, "
+                     f"up to {drifts[-1]:.1%} (the normalised interval is widened by it)")
     for judging in report.references:
         reference = report.references[judging]
         runs = reference.runs
@@ -500,7 +518,7 @@ def _seconds_pair(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--neighbour takes START,DURATION in seconds, e.g. 12,10; got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"--neighbour takes START,DURATION in seconds, e.g. 8,8; got {text!r}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -528,8 +546,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds one rerun may take in all: an inconclusive rerun is launched again while "
                              f"this allows, as the suite's --measure-budget (default {DEFAULT_MEASURE_BUDGET_S:.0f})")
     parser.add_argument("--neighbour", type=_seconds_pair, default=DEFAULT_NEIGHBOUR,
-                        help="when the neighbour's job starts after the launch and how long it runs, seconds "
-                             "(default 12,10)")
+                        help="when the neighbour's job starts, seconds after rank 0's first timed step, and how "
+                             "long it runs (default 8,8)")
     args = parser.parse_args(argv)
     try:
         LAUNCHERS.check(args.launcher)

@@ -409,7 +409,8 @@ class Suite:
                                                   "re-record it with --update-baselines")]
         result.machine_speed, raw_because = self._machine_speed(result, entry)
         verdicts = [judge(result.throughput, self.baselines.reference(result.cell.id, "throughput"),
-                          metric="throughput", machine_speed=result.machine_speed, raw_because=raw_because)]
+                          metric="throughput", machine_speed=result.machine_speed,
+                          machine_drift=result.yardstick.drift if result.yardstick else 0.0, raw_because=raw_because)]
         efficiency_reference = self.baselines.reference(result.cell.id, "efficiency")
         if result.efficiency is not None and efficiency_reference and result.efficiency_source != "by definition":
             verdicts.append(judge(result.efficiency, efficiency_reference, metric="efficiency"))

@@ -14,6 +14,11 @@ bandwidth. The yardstick tracks the first closely and the second only in part (s
 A throughput measured when the yardstick took ``y`` seconds, judged against a baseline whose
 yardstick took ``y_ref``, is normalised to the baseline's machine speed as ``throughput * y / y_ref``.
 Only CPU cells are normalised: a CPU workload says nothing about a GPU's speed.
+
+The window's own speed is known only to lie between the machine's speed before it and after it. On
+a quiet machine the two differ by a few per cent; on a shared host they can differ by 20% within a
+half-minute launch. The normalised interval is widened by that ``drift``, so that a verdict never
+rests on a machine speed the yardstick could not pin down.
 """
 from __future__ import annotations
 
@@ -66,9 +71,13 @@ class Yardstick:
     spread: float
     """Relative standard deviation of the repeats (over ranks, before and after the window)."""
     version: int = VERSION
+    drift: float = 0.0
+    """How far apart the machine's speed before and after the timed window was: ``|after - before|``
+    over their mean, averaged over ranks and launches (0 where unknown)."""
 
     def to_json(self) -> dict:
-        return {"seconds": round(self.seconds, 6), "spread": round(self.spread, 4), "version": self.version}
+        return {"seconds": round(self.seconds, 6), "spread": round(self.spread, 4), "version": self.version,
+                "drift": round(self.drift, 4)}
 
     @classmethod
     def from_json(cls, data: Mapping | None) -> "Yardstick | None":
@@ -78,7 +87,8 @@ class Yardstick:
         seconds = data.get("seconds")
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0:
             return None
-        return cls(seconds=float(seconds), spread=float(data.get("spread") or 0.0), version=int(data.get("version", 0)))
+        return cls(seconds=float(seconds), spread=float(data.get("spread") or 0.0), version=int(data.get("version", 0)),
+                   drift=float(data.get("drift") or 0.0))
 
 
 def from_records(records: Sequence[Mapping]) -> Yardstick | None:
@@ -93,13 +103,29 @@ def from_records(records: Sequence[Mapping]) -> Yardstick | None:
     times = [float(t) for sample in samples for t in sample]
     mean = statistics.fmean(times)
     spread = statistics.stdev(times) / mean if len(times) > 1 else math.nan
-    return Yardstick(seconds=mean, spread=spread)
+    drifts = [d for sample in samples for d in launch_drifts(sample)]
+    return Yardstick(seconds=mean, spread=spread, drift=statistics.fmean(drifts) if drifts else 0.0)
+
+
+def launch_drifts(sample: Sequence[float], repeats: int = REPEATS) -> list[float]:
+    """``|after - before| / mean(before, after)`` of each launch in one rank's yardstick times: the
+    worker times ``repeats`` before its warm-up and ``repeats`` after its window, and pooled
+    launches follow each other. Nothing for a sample of another shape."""
+    if not sample or len(sample) % (2 * repeats):
+        return []
+    drifts = []
+    for start in range(0, len(sample), 2 * repeats):
+        before = statistics.fmean(sample[start:start + repeats])
+        after = statistics.fmean(sample[start + repeats:start + 2 * repeats])
+        drifts.append(abs(after - before) / ((after + before) / 2))
+    return drifts
 
 
 def mean_of(yardsticks: Sequence[Yardstick]) -> Yardstick:
     """The yardstick a baseline recorded from several measurements holds: their mean."""
     return Yardstick(seconds=statistics.fmean(y.seconds for y in yardsticks),
-                     spread=statistics.fmean(y.spread for y in yardsticks))
+                     spread=statistics.fmean(y.spread for y in yardsticks),
+                     drift=statistics.fmean(y.drift for y in yardsticks))
 
 
 def speed_ratio(now: Yardstick | None, then: Yardstick | None) -> float | None:
@@ -115,9 +141,12 @@ def normalise(value: float, ratio: float | None) -> float:
     return value if ratio is None else value / ratio
 
 
-def normalise_estimate(estimate: Estimate, ratio: float | None) -> Estimate:
-    """The interval scaled as :func:`normalise` scales its value."""
+def normalise_estimate(estimate: Estimate, ratio: float | None, drift: float = 0.0) -> Estimate:
+    """The interval scaled as :func:`normalise` scales its value, and widened by the machine's
+    ``drift`` (:attr:`Yardstick.drift`) across the launch: the window ran at a speed anywhere from
+    ``ratio * (1 - drift / 2)`` to ``ratio * (1 + drift / 2)``."""
     if ratio is None:
         return estimate
-    return dataclasses.replace(estimate, value=estimate.value / ratio, low=estimate.low / ratio,
-                               high=estimate.high / ratio)
+    half = min(drift, 1.0) / 2
+    return dataclasses.replace(estimate, value=estimate.value / ratio, low=estimate.low / (ratio * (1 + half)),
+                               high=estimate.high / (ratio * (1 - half)))

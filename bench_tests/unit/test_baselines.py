@@ -102,7 +102,13 @@ def test_judged_normalised_to_the_baseline_machine_speed_when_given():
     # 20% fewer images per second on a machine that runs 20% slower: no regression of the stack
     slowed_machine = judge(interval(80.0), reference, metric="throughput", machine_speed=0.8)
     assert slowed_machine.kind == "pass"
-    assert "machine -20.0% by the yardstick; as measured -20.0%" in slowed_machine.message
+    assert "machine -20.0% by the yardstick, 0.0% apart before and after the window; as measured -20.0%" in \
+        slowed_machine.message
+    # a machine that sped up or slowed down by 10% across the launch cannot pin a 12% loss down
+    steady, drifting = (judge(interval(88.0), reference, metric="throughput", machine_speed=1.0, machine_drift=drift)
+                        for drift in (0.0, 0.1))
+    assert (steady.kind, drifting.kind) == ("fail", "inconclusive")
+    assert "10.0% apart before and after the window" in drifting.message
     # the same figure on a machine that runs 20% faster hides a 33% regression unless normalised
     hidden = judge(interval(80.0), reference, metric="throughput", machine_speed=1.2)
     assert hidden.kind == "fail" and "throughput -33.3% normalised" in hidden.message

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from harness.stats import Estimate
-from harness.yardstick import (REPEATS, VERSION, Yardstick, from_records, normalise, normalise_estimate,
+from harness.yardstick import (REPEATS, VERSION, Yardstick, from_records, launch_drifts, normalise, normalise_estimate,
                                run_yardstick, speed_ratio)
 
 
@@ -46,3 +46,20 @@ def test_stored_form_round_trips():
     original = Yardstick(seconds=0.0781234, spread=0.0213)
     assert Yardstick.from_json(original.to_json()) == Yardstick(seconds=0.078123, spread=0.0213)
     assert Yardstick.from_json({"seconds": 0.1}).version == 0  # hand-written: no version, never compared
+
+
+def test_drift_is_how_far_apart_the_speed_before_and_after_each_window_was():
+    steady, slowing = [0.1] * (2 * REPEATS), [0.1] * REPEATS + [0.125] * REPEATS
+    assert launch_drifts(steady) == [0.0]
+    assert launch_drifts(slowing + steady) == pytest.approx([0.025 / 0.1125, 0.0])  # two pooled launches
+    assert launch_drifts([0.1, 0.2, 0.3]) == []  # not the worker's shape: unknown
+    found = from_records([{"rank": 0, "yardstick": slowing}, {"rank": 1, "yardstick": steady}])
+    assert found.drift == pytest.approx(0.025 / 0.1125 / 2)
+    assert Yardstick.from_json(found.to_json()).drift == pytest.approx(found.drift, abs=1e-4)
+
+
+def test_a_drifting_machine_widens_the_normalised_interval_not_its_value():
+    measured = Estimate(value=60.0, low=54.0, high=66.0, n_steps=30)
+    widened = normalise_estimate(measured, 1.2, drift=0.2)  # the window ran at 1.08 to 1.32 times the speed
+    assert widened.value == pytest.approx(50.0)
+    assert (widened.low, widened.high) == pytest.approx((54.0 / 1.32, 66.0 / 1.08))
