@@ -8,6 +8,7 @@ two more for a rerun judged inconclusive (a 100 s measuring budget per rerun, as
 with no claim on power, runs with the other launch tests."""
 import pytest
 
+from harness.contention import contended
 from harness.selftest import SELFTEST_WORKLOAD, SelftestConfig, format_report, run_selftest
 
 from ..conftest import TINY
@@ -31,6 +32,9 @@ def test_unchanged_reruns_never_fail_and_a_20_percent_slowdown_always_does(launc
     assert unchanged.counts["error"] == 0 and slowed.counts["error"] == 0, text
     assert unchanged.counts["fail"] == 0, f"false alarms:\n{text}"
     assert with_neighbour.counts["fail"] == 0, f"false alarms while a neighbour's job competed for the cores:\n{text}"
+    seen = [j for j in report.judged if j.measurement.neighbour
+            and (j.measurement.contended_launches or contended(j.measurement.cpu_wait_share, report.baseline_wait))]
+    assert seen, f"no neighbour's burst showed in the ranks' CPU wait: the neighbour reruns tested nothing\n{text}"
     effect = SLOWDOWN / (1 + SLOWDOWN)
     band = report.references[judging].band
     if -band[0] >= effect:
