@@ -10,6 +10,8 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from .filelock import DEFAULT_TIMEOUT_S as DEFAULT_LOCK_TIMEOUT_S
+from .filelock import LockTimeout, locked
 from .jsonio import write_json_atomic
 from .stats import Estimate, verdict
 from .yardstick import normalise_estimate
@@ -19,6 +21,9 @@ METRICS = {"throughput": "img/s", "efficiency": "", "accuracy": ""}
 """Every metric is higher-is-better; accuracy is the accuracy cells' final validation accuracy (0-1)."""
 DEFAULT_TOLERANCE = {"lower": -0.15, "upper": 0.15}
 """Relative band used where an entry gives none (hand-written entries)."""
+OPTIONAL_FIELDS = {"config_hash": str, "config": dict, "fingerprint": dict, "breakdown": dict, "yardstick": dict,
+                   "provenance": dict}
+"""What an entry's other fields must be when present and not null: judging a cell reads them."""
 
 
 class BaselineError(ValueError):
@@ -42,7 +47,7 @@ class Reference:
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Verdict:
     kind: str
-    """"pass", "fail", "inconclusive", "faster", "no-baseline" or "stale"."""
+    """"pass", "fail", "inconclusive", "faster", "no-baseline", "stale" or "machine-differs"."""
     message: str
 
     @property
@@ -52,6 +57,11 @@ class Verdict:
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
 
 
 def _validate(path: Path, data: Any) -> None:
@@ -64,17 +74,23 @@ def _validate(path: Path, data: Any) -> None:
         raise bad(f"schema_version must be {SCHEMA_VERSION}, found {data.get('schema_version')!r}")
     cells = data.get("cells")
     if not isinstance(cells, dict):
-        raise bad('"cells" must be an object keyed by cell id')
+        raise bad(f'"cells" must be an object keyed by cell id, found {_json_type(cells)}')
     for cell_id, entry in cells.items():
         if not isinstance(entry, dict):
-            raise bad(f"cell {cell_id!r} must be an object")
+            raise bad(f"cell {cell_id!r} must be an object, found {_json_type(entry)}")
         metrics = [name for name in METRICS if name in entry]
         if not metrics:
             raise bad(f"cell {cell_id!r} has none of the metrics {', '.join(METRICS)}")
+        for field, kind in OPTIONAL_FIELDS.items():
+            if entry.get(field) is not None and not isinstance(entry[field], kind):
+                raise bad(f"cell {cell_id!r} {field}: must be {_json_type(kind())} or null, "
+                          f"found {_json_type(entry[field])}")
         for name in metrics:
             reference = entry[name]
-            if not isinstance(reference, dict) or not _number(reference.get("value")) or reference["value"] <= 0:
-                raise bad(f"cell {cell_id!r} {name}: needs a positive numeric \"value\"")
+            value = reference.get("value") if isinstance(reference, dict) else reference
+            if not isinstance(reference, dict) or not _number(value) or value <= 0:
+                raise bad(f"cell {cell_id!r} {name}: needs an object with a positive numeric \"value\", "
+                          f"found {json.dumps(value)}")
             for edge, sign in (("lower", -1), ("upper", 1)):
                 edge_value = reference.get(edge)
                 if edge_value is not None and (not _number(edge_value) or edge_value * sign < 0):
@@ -148,6 +164,19 @@ class BaselineFile:
                     new.pop(optional, None)
             data["cells"][cell_id] = new
         return data, changes
+
+    def update(self, results: list[dict], *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> list[str]:
+        """Write ``results`` (see :meth:`updated`) into the file as it is on disk now, under the
+        file's lock: cells another session recorded since this one read the file are kept."""
+        try:
+            with locked(self.path, timeout_s=lock_timeout_s):
+                current = BaselineFile.load(self.path, self.system)
+                data, changes = current.updated(results)
+                current.write(data)
+        except LockTimeout as error:
+            raise BaselineError(f"baselines not written: {error}") from None
+        self.data = data
+        return changes
 
     def write(self, data: dict) -> None:
         _validate(self.path, data)

@@ -4,11 +4,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from typing import Any, Mapping
 
 from .frameworks import FRAMEWORKS
 from .loaders import LOADERS
 from .models import MODELS
+from .registry import Registry
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -158,9 +160,67 @@ def parse_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def parse_ranks(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in parse_list(text))
-    except ValueError:
-        raise ValueError(f"--gpus takes comma-separated rank counts such as 1,2,4; got {text!r}") from None
+def parse_names(option: str, text: str, registry: Registry) -> tuple[str, ...]:
+    """The comma-separated names an option gives, each one ``registry`` knows."""
+    names = parse_list(text)
+    if not names:
+        raise ValueError(f"{option}: no name given; valid names: {', '.join(registry.names())}")
+    for name in names:
+        check_name(option, name, registry)
+    return names
 
+
+def check_name(option: str, name: str, registry: Registry) -> None:
+    try:
+        registry.check(name)
+    except ValueError as error:
+        raise ValueError(f"{option}: {error}") from None
+
+
+def parse_ranks(text: str) -> tuple[int, ...]:
+    usage = f"--gpus takes comma-separated positive rank counts such as 1,2,4; got {text!r}"
+    try:
+        ranks = tuple(int(part) for part in parse_list(text))
+    except ValueError:
+        raise ValueError(usage) from None
+    if not ranks or any(r < 1 for r in ranks):
+        raise ValueError(usage)
+    return ranks
+
+
+_CELL_ID = re.compile(r"(?P<rest>.+)-g(?P<ranks>[1-9][0-9]*)")
+_ACCURACY_ID = re.compile(r"accuracy-(?P<framework>[^-]+)-(?P<schedule>[^-]+)-b(?P<batch>[1-9][0-9]*)")
+
+
+def parse_cell_id(cell_id: str) -> Cell | AccuracyCell:
+    """The cell an id names (a baseline file's key); ``ValueError`` says why it names none here."""
+    try:
+        match = _CELL_ID.fullmatch(cell_id)
+        if not match:
+            raise ValueError("not of the form <framework>-<loader>-<model>-g<ranks>")
+        if match["rest"].startswith("accuracy-"):
+            return _parse_accuracy_id(match["rest"], int(match["ranks"]))
+        return _parse_cell_id(match["rest"], int(match["ranks"]))
+    except ValueError as error:
+        raise ValueError(f"cell id {cell_id!r}: {error}") from None
+
+
+def _parse_cell_id(rest: str, ranks: int) -> Cell:
+    framework, *loader, model = rest.split("-")  # framework and model names hold no "-"; loader names may
+    if not loader:
+        raise ValueError("not of the form <framework>-<loader>-<model>-g<ranks>")
+    cell = Cell(framework=framework, loader="-".join(loader), model=model, ranks=ranks)
+    Matrix(frameworks=(cell.framework,), loaders=(cell.loader,), models=(cell.model,), ranks=(ranks,))  # names known?
+    return cell
+
+
+def _parse_accuracy_id(rest: str, ranks: int) -> AccuracyCell:
+    match = _ACCURACY_ID.fullmatch(rest)
+    if not match or int(match["batch"]) % ranks:
+        raise ValueError("not of the form accuracy-<framework>-<schedule>-b<global batch>-g<ranks>, the batch a "
+                         "multiple of the ranks")
+    FRAMEWORKS.check(match["framework"])
+    if match["schedule"] not in ACCURACY_SCHEDULES:
+        raise ValueError(f"unknown schedule {match['schedule']!r}; valid names: {', '.join(ACCURACY_SCHEDULES)}")
+    return AccuracyCell(framework=match["framework"], schedule=match["schedule"],
+                        batch_per_rank=int(match["batch"]) // ranks, ranks=ranks)

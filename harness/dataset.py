@@ -29,8 +29,10 @@ class DatasetError(ValueError):
 def validate_image_folder(path: str | Path) -> dict:
     """Raise :class:`DatasetError` unless ``path`` is an ImageFolder tree: class folders of images."""
     root = Path(path)
+    if not root.exists():
+        raise DatasetError(f"dataset {root} does not exist")
     if not root.is_dir():
-        raise DatasetError(f"dataset {root} does not exist or is not a directory")
+        raise DatasetError(f"dataset {root} is a file, not an ImageFolder tree (expected ROOT/<class>/<image>.jpg)")
     classes = sorted(entry for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith("."))
     if not classes:
         raise DatasetError(f"dataset {root} is not an ImageFolder tree: it has no class subdirectories "

@@ -1,10 +1,15 @@
 """What a cell's figure was measured with: software stack, hardware and configuration.
 
-A baseline stores the fingerprint of the run that recorded it; a later run whose fingerprint
-differs in anything that can move the figure (a version, the CPU or GPU model, the core, GPU or
-node count, a workload setting) is judged against a *stale* baseline, and
-:func:`fingerprint_differences` names what changed. Host names and dates are kept for the
+A baseline stores the fingerprint of the run that recorded it. A later run on other hardware (the
+CPU as its kernels see it: vendor, family, model, stepping and the ISA extensions torch and oneDNN
+dispatch on; cores, memory; the GPU model, core, GPU or node count) or with another workload is
+judged against a *stale* baseline, and :func:`stale_differences` names what changed. A change of
+software on the same hardware (torch, DeepSpeed, Horovod, DALI, MPI, CUDA, NCCL, the driver) is
+what a regression suite exists to judge: the figure is judged against the old baseline and
+:func:`stack_changes` names the upgrade in the verdict. Host names and dates are kept for the
 reader but never make a baseline stale: the same hardware under another name measures the same.
+A hardware fact that a baseline predates (recorded before dlscale read it) is unknown there, not a
+difference.
 
 Versions the ranks ran with come from their records (``versions``, see
 :func:`harness.provenance.package_versions`), so they describe the job rather than the pytest
@@ -27,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .cells import Cell, Workload
@@ -34,6 +40,8 @@ from .provenance import cpu_model
 
 NOT_STALE = frozenset({"hardware.hosts"})
 """Fingerprint fields reported but never making a baseline stale."""
+ISA_EXTENSIONS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+"""CPU flags that choose torch's and oneDNN's kernels: a machine without one runs other code."""
 ABSENT = "(none)"
 _WHERE_DATA_LIVES = ("data_dir", "tfrecord_dir")
 _WORKLOAD_FIELDS = frozenset(field.name for field in dataclasses.fields(Workload))
@@ -80,6 +88,9 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
     hosts = sorted({str(r["host"]) for r in records if r.get("host")})
     hardware: dict[str, Any] = {
         "cpu": local["cpu"],
+        "cpu_id": local.get("cpu_id"),
+        "isa": local.get("isa"),
+        "memory_gib": local.get("memory_gib"),
         "cores": local["cores"],
         "nodes": len(hosts),
         "hosts": ", ".join(hosts),
@@ -94,17 +105,30 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
             "config": config}
 
 
-def fingerprint_differences(baseline_fp: Mapping | None, current_fp: Mapping) -> list[str]:
-    """The differences that make a baseline stale, one line each: ``"stack.torch: 2.13.0 -> 2.14.1"``.
+def stale_differences(baseline_fp: Mapping | None, current_fp: Mapping) -> list[str]:
+    """The hardware and workload differences that make a baseline stale, one line each:
+    ``"hardware.nodes: 1 -> 2"``.
 
     Empty when the baseline has no fingerprint (recorded before fingerprints existed) or only its
-    host names (:data:`NOT_STALE`) differ. A field present on one side only shows as ``(none)``.
+    host names (:data:`NOT_STALE`) or its software (:func:`stack_changes`) differ. A field present
+    on one side only shows as ``(none)``, except a hardware fact the baseline predates.
     """
+    return [line for key, line in _differences(baseline_fp, current_fp) if not key.startswith("stack.")]
+
+
+def stack_changes(baseline_fp: Mapping | None, current_fp: Mapping) -> list[str]:
+    """The software that changed since the baseline, one item each: ``"torch 2.13.1 -> 2.14.1"``."""
+    return [line.removeprefix("stack.").replace(":", "", 1) for key, line in _differences(baseline_fp, current_fp)
+            if key.startswith("stack.")]
+
+
+def _differences(baseline_fp: Mapping | None, current_fp: Mapping) -> list[tuple[str, str]]:
     if not baseline_fp:
         return []
     old, new = _flatten(baseline_fp), _flatten(current_fp)
-    return [f"{key}: {old.get(key, ABSENT)} -> {new.get(key, ABSENT)}"
-            for key in sorted(set(old) | set(new))
+    predates = {key for key in set(new) - set(old) if key.startswith("hardware.")}
+    return [(key, f"{key}: {old.get(key, ABSENT)} -> {new.get(key, ABSENT)}")
+            for key in sorted((set(old) | set(new)) - predates)
             if key not in NOT_STALE and old.get(key, ABSENT) != new.get(key, ABSENT)]
 
 
@@ -130,10 +154,46 @@ def parse_cell_id(cell_id: str) -> Cell | None:
 
 @functools.lru_cache(maxsize=2)
 def _local_facts(gpu: bool) -> dict[str, Any]:
-    facts: dict[str, Any] = {"cpu": cpu_model(), "cores": os.cpu_count(), "mpi": mpi_library_version()}
+    facts: dict[str, Any] = {"cpu": cpu_model(), "cores": os.cpu_count(), "mpi": mpi_library_version(),
+                             **cpu_identity(), "memory_gib": memory_gib()}
     if gpu:
         facts.update(_cuda_facts())
     return facts
+
+
+def cpu_identity(cpuinfo: str | None = None) -> dict[str, str]:
+    """``cpu_id`` (``"AuthenticAMD family 25 model 17 stepping 1"``) and ``isa`` (the
+    :data:`ISA_EXTENSIONS` the CPU has, or ``"none of ..."``) from ``/proc/cpuinfo``; empty where
+    it cannot be read (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return {}
+    first = cpuinfo.split("\n\n", 1)[0]
+    fields = dict((key.strip(), value.strip()) for key, _, value in
+                  (line.partition(":") for line in first.splitlines()) if key.strip())
+    identity: dict[str, str] = {}
+    numbers = [f"{name} {fields[key]}" for name, key in (("family", "cpu family"), ("model", "model"),
+                                                          ("stepping", "stepping")) if key in fields]
+    if "vendor_id" in fields or numbers:
+        identity["cpu_id"] = " ".join([fields.get("vendor_id", "unknown vendor"), *numbers])
+    if "flags" in fields:
+        flags = set(fields["flags"].split())
+        present = [flag for flag in ISA_EXTENSIONS if flag in flags]
+        identity["isa"] = " ".join(present) or f"none of {' '.join(ISA_EXTENSIONS)}"
+    return identity
+
+
+def memory_gib() -> int | None:
+    """The node's memory in whole GiB (``MemTotal``); None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 @functools.lru_cache(maxsize=1)

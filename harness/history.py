@@ -10,7 +10,8 @@ the level before it: a persistent regression, never one noisy night (a level las
 The file is only ever appended to, one ``write`` per line, each batch flushed and fsynced: an
 interrupted run loses at most the line being written, and :func:`append` ends such a torn line
 before writing, so it never spoils the next one. :func:`read` reports a line it cannot use (its
-number and why) and skips it; every other line is kept.
+number and why) and skips it; every other line is kept. The suite appends to no file holding a bad
+line other than such a torn one (:attr:`Problem.torn`): something else writes there.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from .filelock import locked
+from .interrupts import INTERRUPTS
 from .stats import Estimate, change_points
 
 SCHEMA_VERSION = 1
@@ -35,6 +38,8 @@ DERIVED = {
 }
 """Series computed from a line's ``yardstick_s`` (CPU cells; lines without one are left out)."""
 REQUIRED = {"cell": str, "run_id": str, "date": str, "verdict": str}
+ROW_START = b'{"schema": '
+"""How every line :func:`append` writes begins (``schema`` is :func:`make_row`'s first key)."""
 DEFAULT_THRESHOLD = 0.05
 """A latest level this far below the level before it fails the report."""
 DEFAULT_MIN_NIGHTS = 3
@@ -47,6 +52,9 @@ class Problem:
 
     line: int
     why: str
+    torn: bool = False
+    """The beginning of a line :func:`append` wrote, cut short by an interrupted run: expected damage.
+    Any other bad line was written by something else."""
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.why}"
@@ -71,25 +79,28 @@ def append(path: Path | str, rows: Iterable[Mapping]) -> None:
     """Append ``rows`` to the file, one line each, then flush and fsync.
 
     A torn last line (a run killed while writing it) is first ended with a newline, so that it
-    stays one corrupt line that :func:`read` skips and the new rows stay whole.
+    stays one corrupt line that :func:`read` skips and the new rows stay whole. Several sessions
+    may append to one file at once: each batch is written under the file's lock
+    (:mod:`harness.filelock`), so lines never interleave and the torn-line check sees a quiet file.
     """
     path = Path(path)
     lines = [json.dumps(dict(row), sort_keys=False, allow_nan=False) + "\n" for row in rows]
     if not lines:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    created = not path.exists()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        if not created and _ends_torn(fd):
-            _write_all(fd, b"\n")
-        for line in lines:
-            _write_all(fd, line.encode())  # one write per line: an interrupt lands between lines
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if created:
-        _fsync_directory(path.parent)
+    with locked(path), INTERRUPTS.writing():
+        created = not path.exists()
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if not created and _ends_torn(fd):
+                _write_all(fd, b"\n")
+            for line in lines:
+                _write_all(fd, line.encode())  # one write per line: an interrupt lands between lines
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            _fsync_directory(path.parent)
 
 
 def read(path: Path | str) -> tuple[list[dict], list[Problem]]:
@@ -111,8 +122,9 @@ def read(path: Path | str) -> tuple[list[dict], list[Problem]]:
                 problems.append(Problem(number, f"not UTF-8 ({error.reason} at byte {error.start})"))
                 continue
             except json.JSONDecodeError as error:
-                torn = "" if raw.endswith(b"\n") else " (the file ends in the middle of it: a run was interrupted)"
-                problems.append(Problem(number, f"not valid JSON: {error.msg} at column {error.colno}{torn}"))
+                torn = _cut_short(raw)
+                how = " (a line cut short: a run was interrupted while writing it)" if torn else ""
+                problems.append(Problem(number, f"not valid JSON: {error.msg} at column {error.colno}{how}", torn))
                 continue
             why = _invalid(row)
             if why:
@@ -294,6 +306,13 @@ def _invalid(row: Any) -> str | None:
         if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
             return f"{metric} must be null or an object with a positive \"value\", found {figure!r}"
     return None
+
+
+def _cut_short(raw: bytes) -> bool:
+    """Whether a line that is not JSON begins like every line :func:`make_row` makes: one an
+    interrupted append left (that append's successor ended it with a newline)."""
+    line = raw.rstrip(b"\n")
+    return line.startswith(ROW_START) or ROW_START.startswith(line)
 
 
 def _ends_torn(fd: int) -> bool:

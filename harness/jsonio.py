@@ -7,20 +7,33 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .interrupts import INTERRUPTS
+
 
 def write_json_atomic(path: Path, data: Any) -> None:
     path = Path(path)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(data, stream, indent=2, sort_keys=False)
-            stream.write("\n")
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
+    with INTERRUPTS.writing():
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
-        raise
+            os.fchmod(handle, _mode_of(path))
+            with os.fdopen(handle, "w") as stream:
+                json.dump(data, stream, indent=2, sort_keys=False)
+                stream.write("\n")
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            try:
+                os.unlink(temporary)
+            except FileNotFoundError:
+                pass
+            raise
+
+
+def _mode_of(path: Path) -> int:
+    """The replaced file's permissions, or rw-r--r-- (mkstemp's own 0600 would lock out the other
+    users of a shared baselines directory)."""
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return 0o644

@@ -4,18 +4,24 @@ the summary table and the baseline update at the end of the session."""
 from __future__ import annotations
 
 import collections
-import signal
-import threading
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 from .baselines import BaselineError
+from .interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
 from .report import DEFAULT_COLLECTIVES, junit_properties, write_report
+from .sessiondir import expand, point_latest, session_name
 from .suite import Suite, SuiteError, SuiteOptions, format_table
 
 SUITE_KEY = pytest.StashKey[Suite]()
+SESSION_KEY = pytest.StashKey[pytest.Session]()
+TERMINAL_FD_KEY = pytest.StashKey[int]()
+INTERRUPT_TOLD_KEY = pytest.StashKey[bool]()
+UNJUDGED = ("no-baseline", "stale", "machine-differs")
+"""Verdicts of a cell that was measured but not judged; ``--strict-verdicts`` fails them."""
 OPTIONS = (
     # (flag, dest, help, type)
     ("--launcher", "launcher", "srun, mpirun or torchrun (default: srun inside an allocation or when a Slurm "
@@ -28,9 +34,13 @@ OPTIONS = (
     ("--models", "models", "comma-separated models (default resnet50)", str),
     ("--system", "system", "baseline file name (default: $DLSCALE_SYSTEM, the Slurm cluster name, or the host)", str),
     ("--baselines-dir", "baselines_dir", "directory of <system>.json baseline files (default: baselines/)", Path),
-    ("--results-json", "results_json", "write every cell's full record to this JSON file", Path),
-    ("--report", "report", "write an HTML report (summary, plots, breakdown, fingerprints) into this directory",
-     Path),
+    ("--results-dir", "results_dir", "where each session gets its own directory <start time>-<job or pid> "
+                                     "(cells' files, results.json); <dir>/latest points at the newest "
+                                     "(default: results/)", Path),
+    ("--results-json", "results_json", "write every cell's full record to this JSON file; {session} stands "
+                                       "for the session's name (default: <session dir>/results.json)", Path),
+    ("--report", "report", "write an HTML report (summary, plots, breakdown, fingerprints) into this directory; "
+                           "{session} stands for the session's name", Path),
     ("--history-dir", "history_dir", "append each measured cell to <dir>/<system>.jsonl (default: history/)", Path),
     ("--data", "data", "ImageFolder dataset for file-reading loaders (default: the generated dataset)", Path),
     ("--data-tfrecord", "data_tfrecord", "indexed TFRecord shards for the -tfrecord loaders (default: the "
@@ -67,6 +77,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="record the completed cells' figures as the system's new baselines")
     group.addoption("--launch-env", dest="dlscale_launch_env", action="append", default=[], metavar="NAME=VALUE",
                     help="a variable every rank gets, over --launch-env-file (repeatable)")
+    group.addoption("--strict-verdicts", dest="dlscale_strict", action="store_true",
+                    help="fail a cell that could not be judged: no baseline, a stale one, or another machine's "
+                         "(the nightly recipe sets it)")
     group.addoption("--no-history", dest="dlscale_no_history", action="store_true",
                     help="do not append this session's cells to the history store")
     group.addoption("--no-yardstick", dest="dlscale_no_yardstick", action="store_true",
@@ -74,20 +87,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "by the machine yardstick (e.g. to check the machine itself)")
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "scaling: a measured cell launched as a real multi-process job")
     config.addinivalue_line("markers", "accuracy: a short real training judged by its validation accuracy")
-    # Batch systems end a job with SIGTERM: treat it like Ctrl-C, so that the running cell's
-    # processes are ended and finished results are kept, instead of dying on the spot.
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
+    # Output capture is suspended while plugins are configured: this is the terminal (or log) the
+    # interrupt notices must reach from a signal handler, past any capture.
+    config.stash[TERMINAL_FD_KEY] = os.dup(2)
     values = {dest: config.getoption(f"dlscale_{dest}") for _, dest, _, _ in OPTIONS}
     values = {key: value for key, value in values.items() if value is not None}
-    values.setdefault("workdir", Path(config.rootpath) / "results" / "cells")
+    session = session_name()
+    results_dir = values.pop("results_dir", None) or Path(config.rootpath) / "results"
+    values["workdir"] = results_dir / session / "cells"
+    values["results_json"] = expand(values.get("results_json"), session) or results_dir / session / "results.json"
+    values["report"] = expand(values.get("report"), session)
     if config.getoption("dlscale_no_history"):
         values["history_dir"] = None
     values["launch_env"] = tuple(config.getoption("dlscale_launch_env"))
@@ -116,12 +128,27 @@ def _selected_cells(items: list[pytest.Item]) -> bool:
     return any({"cell", "accuracy_cell"} & set(item.callspec.params) for item in items if hasattr(item, "callspec"))
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[SESSION_KEY] = session
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     if _selected_cells(session.items):
+        # Ctrl-C, and SIGTERM from a batch system, as harness.interrupts describes (README, "Stopping a run").
+        INTERRUPTS.install(session.config.stash[TERMINAL_FD_KEY])
+        suite = session.config.stash[SUITE_KEY]
         try:
-            session.config.stash[SUITE_KEY].prepare()
+            suite.prepare()
         except (SuiteError, BaselineError) as error:
             raise pytest.UsageError(str(error)) from None
+        session_dir = suite.options.workdir.parent
+        if session.config.option.collectonly:
+            return
+        try:
+            point_latest(session_dir.parent, session_dir)
+        except OSError as error:
+            raise pytest.UsageError(f"--results-dir {session_dir.parent}: cannot write the session's directory "
+                                    f"there ({error.strerror}: {error.filename})") from None
 
 
 class _Progress:
@@ -165,9 +192,14 @@ class Measure:
             if not result.ok:
                 pytest.fail(f"{cell.id} {result.run.status} under {result.run.launcher}:\n{result.run.error}",
                             pytrace=False)
+        if self.suite.options.update_baselines:
+            return
         failing = [v.message for v in result.verdicts if v.failed]
-        if failing and not self.suite.options.update_baselines:
+        if failing:
             pytest.fail(f"{cell.id} regressed: " + "; ".join(failing), pytrace=False)
+        if self.config.getoption("dlscale_strict") and result.verdict in UNJUDGED:
+            pytest.fail(f"{cell.id} {result.verdict} (--strict-verdicts): "
+                        + "; ".join(v.message for v in result.verdicts if v.kind in UNJUDGED), pytrace=False)
 
     def check_accuracy(self, cell) -> None:
         result = self.suite.measure_accuracy(cell, on_progress=_Progress(self.config))
@@ -188,26 +220,79 @@ def _report_baseline_changes(terminalreporter, suite: Suite) -> None:
             terminalreporter.write_line(f"  {reason}")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    suite = session.config.stash.get(SUITE_KEY, None)
-    if suite is not None and suite.options.update_baselines and (suite.results or suite.accuracy_results):
-        suite.baseline_changes = suite.update_baselines()
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session):
+    """Record the baselines, then let the summary print. The end of the session runs whole,
+    whatever presses arrive meanwhile (harness.interrupts)."""
+    INTERRUPTS.finishing = True
+    try:
+        suite = session.config.stash.get(SUITE_KEY, None)
+        if suite is not None and suite.options.update_baselines and (suite.results or suite.accuracy_results):
+            try:
+                suite.baseline_changes = suite.update_baselines()
+            except BaselineError as error:
+                suite.baseline_error = str(error)
+                session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
+        return (yield)
+    finally:
+        _exit_interrupted(session)
+
+
+def _exit_interrupted(session: pytest.Session) -> None:
+    if INTERRUPTS.interrupted:
+        session.exitstatus = INTERRUPTED_EXIT_STATUS
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A press that arrived after the summary still makes the session INTERRUPTED and is told."""
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        _exit_interrupted(session)
+    suite = config.stash.get(SUITE_KEY, None)
+    if suite is not None and INTERRUPTS.interrupted and not config.stash.get(INTERRUPT_TOLD_KEY, False):
+        INTERRUPTS.say(_interrupt_line(suite, []))
+    INTERRUPTS.session_over()
+    fd = config.stash.get(TERMINAL_FD_KEY, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     suite = config.stash.get(SUITE_KEY, None)
     if suite is None:
         return
+    skipped = []
     if suite.accuracy_results:
         terminalreporter.section("dlscale accuracy (final validation accuracy, verdict)")
         terminalreporter.write_line(format_table(suite.accuracy_rows()))
-        plots = suite.write_accuracy_plots(suite.options.workdir.parent / "accuracy")
-        terminalreporter.write_line("plots: " + ", ".join(str(p) for p in plots))
-    if suite.baseline_changes is not None and not suite.results:
+        if INTERRUPTS.hurry:
+            skipped.append("the accuracy plots")
+        else:
+            with INTERRUPTS.writing():
+                plots = suite.write_accuracy_plots(suite.options.workdir.parent / "accuracy")
+            terminalreporter.write_line("plots: " + ", ".join(str(p) for p in plots))
+    if suite.results:
+        _write_summary(terminalreporter, suite)
+    if suite.baseline_changes is not None:
         _report_baseline_changes(terminalreporter, suite)
-    if not suite.results:
-        return
+    if suite.baseline_error:
+        terminalreporter.write_line(f"baselines not updated: {suite.baseline_error}", red=True)
+    if suite.results and suite.options.results_json:
+        terminalreporter.write_line(f"results written to {suite.options.results_json}")
+    if suite.results and suite.options.report and INTERRUPTS.hurry:
+        skipped.append("the HTML report")
+    elif suite.results and suite.options.report:
+        with INTERRUPTS.writing():
+            index = write_report(suite.results_document(), suite.options.report,
+                                 collectives=DEFAULT_COLLECTIVES if DEFAULT_COLLECTIVES.exists() else None)
+        terminalreporter.write_line(f"report written to {index}")
+    if INTERRUPTS.interrupted:
+        terminalreporter.write_line(_interrupt_line(suite, skipped), yellow=True)
+        config.stash[INTERRUPT_TOLD_KEY] = True
+
+
+def _write_summary(terminalreporter, suite: Suite) -> None:
     terminalreporter.section("dlscale summary")
     terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, baselines {suite.baselines.path}")
     terminalreporter.write_line(format_table(suite.summary_rows()))
@@ -215,14 +300,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
     for result in suite.results:
         for verdict in result.verdicts:
-            if verdict.kind in ("fail", "inconclusive", "stale", "faster"):
+            if verdict.kind in ("fail", "inconclusive", "stale", "machine-differs", "faster"):
                 terminalreporter.write_line(f"{result.cell.id}: {verdict.kind}: {verdict.message}")
-    if suite.baseline_changes is not None:
-        _report_baseline_changes(terminalreporter, suite)
-    if suite.options.results_json:
-        terminalreporter.write_line(f"results written to {suite.options.results_json}")
-    if suite.options.report:
-        index = write_report(suite.results_document(), suite.options.report,
-                             collectives=DEFAULT_COLLECTIVES if DEFAULT_COLLECTIVES.exists() else None)
-        terminalreporter.write_line(f"report written to {index}")
+        if result.stack_changes:
+            terminalreporter.write_line(f"{result.cell.id}: {result.verdict} with software changed since the "
+                                        f"baseline: {', '.join(result.stack_changes)}")
 
+
+def _interrupt_line(suite: Suite, skipped: list[str]) -> str:
+    """One line: what an interrupted session kept and what it dropped."""
+    finished = [result.cell.id for result in suite.results] + [result.cell.id for result in suite.accuracy_results]
+    places = [name for name, used in (("results file", suite.options.results_json), ("history", suite.options.history_dir),
+                                      ("baselines", suite.baseline_changes)) if used]
+    kept = (f"kept {len(finished)} finished cell(s) ({', '.join(finished)})" + (f" in the {', '.join(places)}" if places else "")
+            if finished else "no cell had finished")
+    dropped = [f"the running cell {cell_id}" for cell_id in suite.cut_short] + skipped
+    presses = f"{INTERRUPTS.presses} presses" if INTERRUPTS.presses > 1 else "1 press"
+    return (f"dlscale: interrupted by {INTERRUPTS.signal_name} ({presses}): {kept}; "
+            f"dropped: {', '.join(dropped) or 'nothing'}")

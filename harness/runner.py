@@ -2,7 +2,6 @@
 heartbeats, enforce timeouts, end every process it started, and collect the ranks' records."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -10,13 +9,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Callable
 
 from .cells import AccuracyCell, Cell, Workload
+from .interrupts import INTERRUPTS
 from .jsonio import write_json_atomic
 from .launchers import Launcher, LaunchRequest
 from .procs import TOKEN_VARIABLE, kill_processes_with_token
@@ -99,23 +98,23 @@ def _terminate(process: subprocess.Popen, grace_s: float) -> None:
             continue
 
 
-@contextlib.contextmanager
-def _signals_deferred():
-    """Hold SIGINT and SIGTERM while a cell's processes are being ended, then act on them: a second
-    Ctrl-C must not cut short the SIGKILL and the orphan sweep (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+def _kill_at_once(process: subprocess.Popen, token: str) -> None:
+    """A second Ctrl-C: no grace for the launcher, SIGKILL for everything the cell started."""
     try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for sig in dict.fromkeys(received):
-            signal.raise_signal(sig)
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    kill_processes_with_token(token, timeout_s=2.0)
+
+
+def _end(process: subprocess.Popen, token: str, launcher: Launcher, request: LaunchRequest,
+         limits: RunLimits) -> list[int]:
+    """End the launch and everything it started; the pids the token sweep still found alive."""
+    if process.poll() is None:
+        _terminate(process, limits.terminate_grace_s)
+    orphans = kill_processes_with_token(token)
+    launcher.cleanup(request)
+    return orphans
 
 
 def _describe_errors(errors: list[dict]) -> str:
@@ -156,43 +155,19 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
 
     log_path = outdir / "launcher.log"
     started = time.monotonic()
-    status, error = "ok", None
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
-    try:
-        last_beat, last_line, first_error_at = time.time(), "", None
-        while process.poll() is None:
-            time.sleep(0.5)
-            progress = _read_all(outdir, "progress-*.json")
-            last_beat = max([last_beat] + [p["time"] for p in progress])
-            line = _progress_line(cell, progress)
-            if on_progress and line != last_line:
-                on_progress(line)
-                last_line = line
-            if list(outdir.glob("error-*.json")):
-                first_error_at = first_error_at or time.monotonic()
-                if time.monotonic() - first_error_at > limits.error_grace_s:
-                    status = "failed"
-                    break
-            if time.monotonic() - started > limits.timeout_s:
-                status, error = "timeout", f"cell exceeded its {limits.timeout_s:.0f} s timeout; {line}"
-                break
-            if time.time() - last_beat > limits.heartbeat_s:
-                status, error = "hung", (f"no progress from any rank for {limits.heartbeat_s:.0f} s (heartbeat "
-                                         f"timeout); least recent: {_least_recent(cell, progress)}; {line}")
-                break
-    except BaseException:
-        with _signals_deferred():
-            _terminate(process, limits.terminate_grace_s)
-            kill_processes_with_token(token)
-            launcher.cleanup(request)
-        raise
-    with _signals_deferred():
-        if process.poll() is None:
-            _terminate(process, limits.terminate_grace_s)
-        orphans = kill_processes_with_token(token)
-        launcher.cleanup(request)
+    # Only INTERRUPTS.pause lets a first Ctrl-C cut this short: the launch is never left unwatched
+    # between its start and its end, and its end is never cut short (see harness.interrupts).
+    with INTERRUPTS.protect(raise_pending=False):
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        with INTERRUPTS.on_hurry(lambda: _kill_at_once(process, token)):
+            try:
+                status, error = _watch(process, cell, outdir, limits, started, on_progress)
+            except BaseException:
+                _end(process, token, launcher, request, limits)
+                raise
+            orphans = _end(process, token, launcher, request, limits)
     wall = time.monotonic() - started
 
     records = _read_all(outdir, "record-*.json")
@@ -211,6 +186,31 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     error = "\n".join(problems) or None
     return CellRun(cell=cell, launcher=launcher.name, command=command, status=status, records=records, error=error,
                    wall_s=wall, log_path=log_path, token=token, orphans_killed=orphans)
+
+
+def _watch(process: subprocess.Popen, cell: Cell, outdir: Path, limits: RunLimits, started: float,
+           on_progress: ProgressFn | None) -> tuple[str, str | None]:
+    """Wait for the launch to end, or for its first error report, timeout or silence to outlast
+    its limit; the status and, when the runner stopped it, why."""
+    last_beat, last_line, first_error_at = time.time(), "", None
+    while process.poll() is None:
+        INTERRUPTS.pause(0.5)
+        progress = _read_all(outdir, "progress-*.json")
+        last_beat = max([last_beat] + [p["time"] for p in progress])
+        line = _progress_line(cell, progress)
+        if on_progress and line != last_line:
+            on_progress(line)
+            last_line = line
+        if list(outdir.glob("error-*.json")):
+            first_error_at = first_error_at or time.monotonic()
+            if time.monotonic() - first_error_at > limits.error_grace_s:
+                return "failed", None
+        if time.monotonic() - started > limits.timeout_s:
+            return "timeout", f"cell exceeded its {limits.timeout_s:.0f} s timeout; {line}"
+        if time.time() - last_beat > limits.heartbeat_s:
+            return "hung", (f"no progress from any rank for {limits.heartbeat_s:.0f} s (heartbeat timeout); "
+                            f"least recent: {_least_recent(cell, progress)}; {line}")
+    return "ok", None
 
 
 def _silent_ranks(cell: Cell, records: list[dict], errors: list[dict]) -> str:

@@ -14,19 +14,22 @@ from typing import Callable
 
 from .baselines import BaselineFile, Verdict, judge
 from .cells import (DEFAULT_MATRIX, PROFILES, AccuracyCell, AccuracySettings, Cell, Matrix, Workload,
-                    accuracy_cells, parse_list, parse_ranks)
+                    accuracy_cells, check_name, parse_cell_id, parse_names, parse_ranks)
 from .breakdown import CellBreakdown, attribute_regression, cell_breakdown, has_breakdown
 from .contention import distrust, wait_share
 from .dataset import DatasetError, ensure, validate_image_folder
 from .environment import capture as capture_environment
-from .fingerprint import fingerprint, fingerprint_differences, fingerprint_hash
+from .fingerprint import fingerprint, fingerprint_hash, stack_changes, stale_differences
 from .history import append as append_history
 from .history import make_row
+from .history import read as read_history
+from .interrupts import INTERRUPTS
 from .jsonio import write_json_atomic
 from .allocation import launch_environment
 from .launchers import LAUNCHERS, Launcher, default_launcher_name
 from .frameworks import FRAMEWORKS
 from .loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
+from .models import MODELS
 from .metrics import CellMetrics, pool_uncontended, step_samples, summarize, trim_warmup
 from .stats import (Estimate, efficiency_interval, needs_more_samples, throughput_interval,
                     tolerance_from_repeats)
@@ -34,7 +37,7 @@ from .provenance import provenance
 from .runner import CellRun, RunLimits, run_cell
 from .system import detect_system, rank_capacity
 from .tfrecord import TFRecordError, convert, open_tfrecord_set
-from .yardstick import Yardstick, from_records, mean_of, normalise, speed_ratio
+from .yardstick import Yardstick, another_machine, from_records, mean_of, normalise, speed_ratio
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATASET = Path(os.environ.get("DLSCALE_CACHE", Path.home() / ".cache" / "dlscale")) / "dataset"
@@ -48,6 +51,10 @@ class SuiteError(ValueError):
 
 
 DEFAULT_MEASURE_BUDGET_S = 45.0
+DEVICES = ("auto", "cpu", "cuda")
+AT_LEAST = {"image_size": 1, "batch_size": 1, "steps": 1, "warmup_steps": 0, "num_workers": 0, "repeat": 1,
+            "measure_budget": 0}
+ABOVE_ZERO = ("precision", "widest_baseline", "cell_timeout", "hang_timeout")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -123,6 +130,8 @@ class CellResult:
     """The largest share of its window a rank's threads waited for a CPU (harness.contention)."""
     contended_runs: int = 0
     """Launches left out of the pooled samples because other work competed for the cores."""
+    stack_changes: list[str] = dataclasses.field(default_factory=list)
+    """Software that changed since the baseline was recorded (``"torch 2.13.1 -> 2.14.1"``)."""
 
     @property
     def run(self) -> CellRun:
@@ -137,7 +146,7 @@ class CellResult:
         if not self.ok:
             return "error"
         kinds = [v.kind for v in self.verdicts]
-        for kind in ("fail", "stale", "inconclusive", "no-baseline", "faster"):
+        for kind in ("fail", "stale", "machine-differs", "inconclusive", "no-baseline", "faster"):
             if kind in kinds:
                 return kind
         return "pass"
@@ -155,7 +164,7 @@ class CellResult:
             "breakdown": self.breakdown.to_json() if self.breakdown else None,
             "yardstick": self.yardstick.to_json() if self.yardstick else None, "machine_speed": self.machine_speed,
             "cpu_wait_share": self.cpu_wait_share,
-            "contended_runs": self.contended_runs,
+            "contended_runs": self.contended_runs, "stack_changes": self.stack_changes,
             "orphans_killed": [pid for run in self.runs for pid in run.orphans_killed],
             "records": self.records or self.run.records,
         }
@@ -177,6 +186,34 @@ def _estimate_json(estimate: Estimate | None) -> dict | None:
     finite = lambda x: x if math.isfinite(x) else None  # noqa: E731 - JSON has no infinity
     return {"value": estimate.value, "low": finite(estimate.low), "high": finite(estimate.high),
             "confidence": estimate.confidence, "n_steps": estimate.n_steps}
+
+
+def check_settings(options: SuiteOptions) -> None:
+    """Raise :class:`SuiteError` naming the first option whose value no cell could run with."""
+    for name, least in AT_LEAST.items():
+        value = getattr(options, name)
+        if value is not None and not value >= least:
+            raise SuiteError(f"--{name.replace('_', '-')} must be at least {least}, got {value}")
+    for name in ABOVE_ZERO:
+        value = getattr(options, name)
+        if value is not None and not value > 0:
+            raise SuiteError(f"--{name.replace('_', '-')} must be greater than 0, got {value}")
+    if options.profile not in ("auto", *PROFILES):
+        raise SuiteError(f"--profile: unknown profile {options.profile!r}; valid names: auto, {', '.join(PROFILES)}")
+    if options.device not in DEVICES:
+        raise SuiteError(f"--device: unknown device {options.device!r}; valid names: {', '.join(DEVICES)}")
+
+
+def unwritable(directory: Path) -> str | None:
+    """Why files cannot be made in ``directory`` (created with its parents if missing), or None."""
+    existing = Path(os.path.abspath(directory))
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
 
 
 def _uses_gpus(device: str) -> bool:
@@ -209,19 +246,25 @@ class Suite:
         self.options = options
         self.results: list[CellResult] = []
         self.baseline_changes: list[str] | None = None
+        self.baseline_error: str | None = None
+        """Why ``--update-baselines`` could not write the file (e.g. another session held its lock)."""
         self.baselines_kept: list[str] = []
         """Cells ``--update-baselines`` did not record, each with why."""
         self.accuracy_results: list[AccuracyResult] = []
+        self.cut_short: list[str] = []
+        """Cells an interrupt ended before any launch of theirs was judged."""
         self._prepared = False
+        check_settings(options)
         try:
             self.matrix = Matrix(
-                frameworks=parse_list(options.frameworks) if options.frameworks else DEFAULT_MATRIX.frameworks,
-                loaders=parse_list(options.loaders) if options.loaders else DEFAULT_MATRIX.loaders,
-                models=parse_list(options.models) if options.models else DEFAULT_MATRIX.models,
+                frameworks=parse_names("--frameworks", options.frameworks, FRAMEWORKS) if options.frameworks
+                else DEFAULT_MATRIX.frameworks,
+                loaders=parse_names("--loaders", options.loaders, LOADERS) if options.loaders else DEFAULT_MATRIX.loaders,
+                models=parse_names("--models", options.models, MODELS) if options.models else DEFAULT_MATRIX.models,
                 ranks=parse_ranks(options.gpus) if options.gpus else DEFAULT_MATRIX.ranks,
             )
             if options.launcher:
-                LAUNCHERS.check(options.launcher)
+                check_name("--launcher", options.launcher, LAUNCHERS)
             self.launch_environment = launch_environment(options.launch_env, options.launch_env_file, os.environ)
         except ValueError as error:
             raise SuiteError(str(error)) from None
@@ -249,19 +292,20 @@ class Suite:
             return missing
         if isinstance(cell, Cell) and LOADERS.entry(cell.loader).needs_gpu and not self.uses_gpus:
             return f"loader {cell.loader} decodes on the GPU and this machine has none"
-        if self._capacity is None:
-            self._capacity = rank_capacity(self.uses_gpus)
-        capacity, where = self._capacity
+        capacity, where = self._rank_capacity()
         if cell.ranks > capacity:
             return f"{cell.id} needs {cell.ranks} ranks but {where}"
         return None
+
+    def _rank_capacity(self) -> tuple[int, str]:
+        if self._capacity is None:
+            self._capacity = rank_capacity(self.uses_gpus)
+        return self._capacity
 
     def workload(self) -> Workload:
         profile = self.options.profile
         if profile == "auto":
             profile = "study" if self.uses_gpus else "cpu-small"
-        if profile not in PROFILES:
-            raise SuiteError(f"unknown profile {profile!r}; valid names: auto, {', '.join(PROFILES)}")
         o = self.options
         return PROFILES[profile].replace(image_size=o.image_size, batch_size=o.batch_size, steps=o.steps,
                                          warmup_steps=o.warmup_steps, num_workers=o.num_workers,
@@ -273,6 +317,8 @@ class Suite:
         if self._prepared:
             return
         options = self.options
+        self._check_rank_counts()
+        self._check_writable_places()
         self.data_dir, self.tfrecord_dir = self._prepare_data()
         self.launcher: Launcher = LAUNCHERS.create(self.launcher_name, environment=self.launch_environment)
         reason = self.launcher.unavailable_reason()
@@ -284,6 +330,8 @@ class Suite:
         except ValueError as error:
             raise SuiteError(str(error)) from None
         self.baselines = BaselineFile.load(options.baselines_dir / f"{self.system}.json", self.system)
+        self._check_baseline_cells()
+        self._check_history()
         self._workload = self.workload()
         self._provenance = provenance(REPO)
         self._environment = capture_environment()
@@ -292,6 +340,52 @@ class Suite:
                                                                     ("heartbeat_s", options.hang_timeout))
                                    if value is not None})
         self._prepared = True
+
+    def _check_rank_counts(self) -> None:
+        """Counts asked for with --gpus must fit; default counts that do not are skipped (skip_reason)."""
+        if not self.options.gpus:
+            return
+        capacity, where = self._rank_capacity()
+        largest = max(self.matrix.ranks)
+        if largest > capacity:
+            raise SuiteError(f"--gpus {self.options.gpus}: {largest} ranks asked for, but {where}")
+
+    def _check_writable_places(self) -> None:
+        """Everything the session will write must be writable before the first cell, not after it."""
+        o = self.options
+        places = [("--results-dir", o.workdir, o.workdir),
+                  ("--results-json", o.results_json, o.results_json.parent if o.results_json else None),
+                  ("--report", o.report, o.report), ("--history-dir", o.history_dir, o.history_dir),
+                  ("--baselines-dir", o.baselines_dir, o.baselines_dir if o.update_baselines else None)]
+        for option, given, directory in places:
+            why = unwritable(directory) if directory is not None else None
+            if why:
+                raise SuiteError(f"{option}: cannot write {given}: {why}")
+
+    def _check_baseline_cells(self) -> None:
+        """A baseline entry for no cell this dlscale knows (a typo, a renamed model) would silently
+        never be judged: refuse the file until it is corrected."""
+        for cell_id in self.baselines.data["cells"]:
+            try:
+                parse_cell_id(cell_id)
+            except ValueError as error:
+                raise SuiteError(f"baseline file {self.baselines.path}: {error}; correct or remove that entry") from None
+
+    def _check_history(self) -> None:
+        """Refuse to append to a history file holding a line dlscale does not write: something else
+        writes there. A line an interrupted run cut short is expected (history/README.md, "Damage")."""
+        if self.options.history_dir is None:
+            return
+        path = self.options.history_dir / f"{self.system}.jsonl"
+        try:
+            _, problems = read_history(path)
+        except OSError as error:
+            raise SuiteError(f"history file {path} cannot be read: {error.strerror}") from None
+        foreign = [problem for problem in problems if not problem.torn]
+        if foreign:
+            others = f", nor are {len(foreign) - 1} other line(s)" if len(foreign) > 1 else ""
+            raise SuiteError(f"history file {path} line {foreign[0].line} is not a line dlscale writes "
+                             f"({foreign[0].why}){others}; delete it, or pass another --history-dir or --no-history")
 
     def _prepare_data(self) -> tuple[Path | None, Path | None]:
         """The ImageFolder tree and the TFRecord shards the matrix reads, checked or generated."""
@@ -302,13 +396,11 @@ class Suite:
         folder = tfrecord = None
         try:
             if options.data is not None and (needs_folder or needs_tfrecord):
-                validate_image_folder(options.data)
-                folder = Path(options.data).resolve()
+                folder = _given_data("--data", options.data, validate_image_folder)
             elif needs_folder or (needs_tfrecord and options.data_tfrecord is None):
                 folder = ensure(DEFAULT_DATASET, classes=100, per_class=24, size=96)
             if needs_tfrecord and options.data_tfrecord is not None:
-                tfrecord = Path(options.data_tfrecord).resolve()
-                open_tfrecord_set(tfrecord)
+                tfrecord = _given_data("--data-tfrecord", options.data_tfrecord, open_tfrecord_set)
             elif needs_tfrecord and options.data is not None:
                 raise SuiteError("the -tfrecord loaders read TFRecord shards: pass --data-tfrecord DIR (make one "
                                  f"from your ImageFolder with: python -m harness.tfrecord --from {options.data} "
@@ -326,26 +418,44 @@ class Suite:
         self.prepare()
         result = CellResult(cell=cell, runs=[], config_hash=self._workload.config_hash(cell))
         started = time.monotonic()
-        while True:
-            run = run_cell(cell, self._workload, self.launcher, workdir=self.options.workdir, limits=self.limits,
-                           spec_extra={"device": self.options.device}, on_progress=on_progress)
-            result.runs.append(run)
-            if not run.ok:
-                break
-            self._evaluate(result)
-            precise = not needs_more_samples(result.throughput, self.options.precision)
-            if precise and result.verdict != "inconclusive":
-                break
-            if time.monotonic() - started + run.wall_s > self.options.measure_budget:
-                break
-            if on_progress:
-                on_progress(f"{cell.id}: measuring again (interval +-{result.throughput.half_width_rel:.1%}, "
-                            f"verdict {result.verdict})")
+        try:
+            while True:
+                run = run_cell(cell, self._workload, self.launcher, workdir=self.options.workdir,
+                               limits=self.limits, spec_extra={"device": self.options.device},
+                               on_progress=on_progress)
+                with INTERRUPTS.protect(raise_pending=False):  # a judged launch is kept whole
+                    result.runs.append(run)
+                    if run.ok:
+                        self._evaluate(result)
+                if not run.ok or self._measured_enough(result, started, run.wall_s):
+                    break
+                if on_progress:
+                    on_progress(f"{cell.id}: measuring again (interval +-{result.throughput.half_width_rel:.1%}, "
+                                f"verdict {result.verdict})")
+        except BaseException:
+            if not result.runs:
+                self.cut_short.append(cell.id)
+            raise
+        finally:
+            with INTERRUPTS.protect():
+                self._record(result)
+        return result
+
+    def _measured_enough(self, result: CellResult, started: float, last_wall_s: float) -> bool:
+        precise = not needs_more_samples(result.throughput, self.options.precision)
+        if precise and result.verdict != "inconclusive":
+            return True
+        return time.monotonic() - started + last_wall_s > self.options.measure_budget
+
+    def _record(self, result: CellResult) -> None:
+        """Keep a cell with at least one launch: in the results, the history and the results file.
+        An interrupt during a further launch keeps the launches already judged."""
+        if not result.runs or (result.run.ok and result.metrics is None):
+            return  # nothing launched, or judging it failed
         self.results.append(result)
         self._append_history(result)
         if self.options.results_json:
             self.write_results(self.options.results_json)
-        return result
 
     def _append_history(self, result: CellResult) -> None:
         """One line per measured cell in ``history/<system>.jsonl``, written as soon as it is known."""
@@ -404,10 +514,12 @@ class Suite:
             differs = _config_differences(entry.get("config", {}), dataclasses.asdict(self._workload))
             return [Verdict(kind="stale", message=f"baseline measured with another configuration ({differs}); "
                                                   "re-record it with --update-baselines")]
-        if entry.get("fingerprint") and (differs := fingerprint_differences(entry["fingerprint"], result.fingerprint)):
-            return [Verdict(kind="stale", message=f"baseline measured on another stack or machine ({'; '.join(differs)}); "
-                                                  "re-record it with --update-baselines")]
+        if differs := stale_differences(entry.get("fingerprint"), result.fingerprint):
+            return [Verdict(kind="stale", message=f"baseline measured on other hardware ({'; '.join(differs)}); "
+                                                  "re-record it on this machine with --update-baselines")]
         result.machine_speed, raw_because = self._machine_speed(result, entry)
+        if another := another_machine(result.machine_speed):
+            return [Verdict(kind="machine-differs", message=another)]
         verdicts = [judge(result.throughput, self.baselines.reference(result.cell.id, "throughput"),
                           metric="throughput", machine_speed=result.machine_speed,
                           machine_drift=result.yardstick.drift if result.yardstick else 0.0, raw_because=raw_because)]
@@ -417,6 +529,10 @@ class Suite:
         if result.breakdown and entry.get("breakdown") and any(v.failed for v in verdicts):
             moved = attribute_regression(result.breakdown.slowest, entry["breakdown"])
             verdicts = [dataclasses.replace(v, message=f"{v.message}; {moved}") if v.failed else v for v in verdicts]
+        result.stack_changes = stack_changes(entry.get("fingerprint"), result.fingerprint)
+        if result.stack_changes:
+            verdicts = [dataclasses.replace(v, message=f"{v.message} [software changed since the baseline: "
+                                                       f"{', '.join(result.stack_changes)}]") for v in verdicts]
         return [distrust(v, result.cpu_wait_share, self._baseline_wait(result)) for v in verdicts]
 
     def _baseline_wait(self, result: CellResult) -> float | None:
@@ -519,9 +635,7 @@ class Suite:
                                 "provenance": {**shared, "launcher": result.run.launcher, "ranks": result.cell.ranks}})
         if not entries:
             return []
-        data, changes = self.baselines.updated(entries)
-        self.baselines.write(data)
-        return changes
+        return self.baselines.update(entries)
 
     def _baseline_machine(self, results: list[CellResult]) -> Yardstick | None:
         """The yardstick a baseline from these repeats holds: their mean. Each repeat's throughput
@@ -570,6 +684,14 @@ class Suite:
                          f"{len(r.runs)} ({r.contended_runs} contended, left out)" if r.contended_runs else str(len(r.runs)),
                          r.verdict])
         return rows
+
+
+def _given_data(option: str, path: Path, check: Callable[[Path], object]) -> Path:
+    try:
+        check(Path(path))
+    except (DatasetError, TFRecordError) as error:
+        raise SuiteError(f"{option}: {error}") from None
+    return Path(path).resolve()
 
 
 def _format_interval(estimate: Estimate, digits: int) -> str:

@@ -136,6 +136,25 @@ def speed_ratio(now: Yardstick | None, then: Yardstick | None) -> float | None:
     return then.seconds / now.seconds
 
 
+SAME_MACHINE_DRIFT = 0.30
+"""How far a machine's speed by the yardstick may drift from its baseline's and still be taken for
+the same machine. Measured on this project's shared 2-core CI node: up to ~25% within a session
+(22% within one half-minute launch; README, "Machine yardstick"), while fresh VMs of the same
+"AMD EPYC" type ran the yardstick 2.5x-4.3x faster. Normalising carries a drift, not a change of
+machine: how far torch's speed follows the yardstick's is known only within that range."""
+
+
+def another_machine(ratio: float | None, drift: float = SAME_MACHINE_DRIFT) -> str | None:
+    """Why a machine ``ratio`` times as fast as the baseline's is not the baseline's machine, or
+    ``None`` when it is within ``1 +- drift`` (in either direction) or unknown."""
+    if ratio is None or 1 / (1 + drift) <= ratio <= 1 + drift:
+        return None
+    how = f"{ratio:.2f}x as fast as" if ratio > 1 else f"{1 / ratio:.2f}x slower than"
+    return (f"this machine runs the yardstick {how} the baseline's, beyond the +-{drift:.0%} a node drifts by: it "
+            "is another machine (or a far busier one), so its figures are not judged against this baseline; "
+            "re-record it here with --update-baselines, or compare machines with --no-yardstick")
+
+
 def normalise(value: float, ratio: float | None) -> float:
     """``value`` (higher is better, proportional to machine speed) at the reference machine speed."""
     return value if ratio is None else value / ratio

@@ -164,10 +164,18 @@ def queued_too_long(run) -> bool:
 
 # -- (b) Ctrl-C of pytest in the middle of the scaling suite --------------------------------------
 
-@pytest.mark.parametrize("presses", [1, 2], ids=["ctrl-c", "ctrl-c-twice"])
-def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, request, presses):
-    """Ctrl-C once, and twice (an impatient user: the second lands while the first is still ending
-    the running cell's processes), once the first cell finished and the second has started."""
+SECOND_PRESS_DELAYS = (0.0, 0.1, 0.3, 0.5, 1.0, 2.0, 4.0)
+"""Seconds from the first Ctrl-C to the second: they land in the running cell's clean-up, in pytest's
+handling of the first interrupt, in the baseline update, in the summary, or after the exit."""
+
+
+@pytest.mark.parametrize("second_press_after", [None, *SECOND_PRESS_DELAYS],
+                         ids=["ctrl-c", *(f"ctrl-c-twice-{delay:g}s" for delay in SECOND_PRESS_DELAYS)])
+def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, request, second_press_after):
+    """Ctrl-C once, or twice with the second press swept across the end of the session, once the
+    first cell finished and the second has started. Wherever the second press lands, the session
+    exits INTERRUPTED without a traceback, keeps the finished cell in the results file, the history
+    and the baselines, leaves no temporary file and no process behind."""
     shutil.copy(REPO / "bench_tests" / "scaling" / "test_scaling.py", tmp_path / "test_scaling.py")
     mark = uuid.uuid4().hex
     results, baselines, history = tmp_path / "r.json", tmp_path / "baselines", tmp_path / "history"
@@ -175,12 +183,12 @@ def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, re
                "--system", "drillsys", "--baselines-dir", str(baselines), "--launcher", "torchrun",
                "--frameworks", "ddp", "--loaders", "synthetic", "--gpus", "1,2", "--results-json", str(results),
                "--history-dir", str(history),
-               "--update-baselines", "--measure-budget", "0", "--image-size", str(TINY.image_size),
-               "--batch-size", str(TINY.batch_size), "--steps", "30", "--warmup-steps", str(TINY.warmup_steps),
-               "--num-workers", str(TINY.num_workers)]
+               "--update-baselines", "--widest-baseline", "inf", "--measure-budget", "0",
+               "--image-size", str(TINY.image_size), "--batch-size", str(TINY.batch_size), "--steps", "30",
+               "--warmup-steps", str(TINY.warmup_steps), "--num-workers", str(TINY.num_workers)]
     env = dict(os.environ, DLSCALE_DRILL_MARK=mark,
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    second = tmp_path / "results" / "cells" / "ddp-synthetic-resnet50-g2"
+    second = tmp_path / "results" / "latest" / "cells" / "ddp-synthetic-resnet50-g2"
     with open(tmp_path / "pytest.log", "wb") as log:
         # Its own session, like a terminal's foreground job: Ctrl-C goes to the whole process group.
         suite = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -191,27 +199,29 @@ def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, re
             assert suite.poll() is None, f"the suite ended early:\n{(tmp_path / 'pytest.log').read_text()[-3000:]}"
             assert time.monotonic() < deadline, "the first cell did not finish in 300 s"
             time.sleep(0.2)
-        interrupted, exited = _press_ctrl_c(suite, presses, pause_s=0.5)
+        delays = [0.0] if second_press_after is None else [0.0, second_press_after]
+        interrupted, exited = _press_ctrl_c(suite, delays)
     finally:
         if suite.poll() is None:
             os.killpg(suite.pid, signal.SIGKILL)
     gone = _wait_until_none(mark.encode(), timeout_s=30)
     log = (tmp_path / "pytest.log").read_text()
-    report(request, "Ctrl-C mid-suite" + (" (twice)" if presses == 2 else ""), "torchrun",
-           interrupt_to_pytest_exit=exited - interrupted,
+    drill = "Ctrl-C mid-suite" + ("" if second_press_after is None else f" (twice, +{second_press_after:g} s)")
+    report(request, drill, "torchrun", interrupt_to_pytest_exit=exited - interrupted,
            interrupt_to_all_gone=max(gone, exited) - interrupted)
 
     assert pids_with(mark.encode()) == [], "worker processes outlived the interrupted suite"
     assert suite.returncode == pytest.ExitCode.INTERRUPTED, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    assert "dlscale: interrupted (SIGINT): ending the running cell" in log, log[-3000:]
+    assert "kept 1 finished cell(s) (ddp-synthetic-resnet50-g1)" in log, log[-3000:]
     kept = json.loads(results.read_text())
     assert [cell["cell"] for cell in kept["cells"]] == ["ddp-synthetic-resnet50-g1"]
     assert kept["cells"][0]["status"] == "ok" and len(kept["cells"][0]["records"]) == 1
-    baseline_file = baselines / "drillsys.json"
-    if baseline_file.exists():  # the finished cell may be recorded; never a half-written file
-        assert set(json.loads(baseline_file.read_text())["cells"]) == {"ddp-synthetic-resnet50-g1"}
-    assert not list(baselines.glob(".*.tmp")) if baselines.exists() else True
+    assert set(json.loads((baselines / "drillsys.json").read_text())["cells"]) == {"ddp-synthetic-resnet50-g1"}
     rows, problems = read_history(history / "drillsys.jsonl")  # appended line by line: none torn
     assert problems == [] and [row["cell"] for row in rows] == ["ddp-synthetic-resnet50-g1"]
+    assert [path for path in tmp_path.rglob("*.tmp")] == [], "a half-written file was left"
 
 
 STUBBORN_CELL = """
@@ -244,7 +254,7 @@ def test_a_second_ctrl_c_does_not_cut_the_clean_up_short(tmp_path, request):
     try:
         assert script.stdout.readline() == b"started\n"
         _wait_until(lambda: len(pids_with(mark.encode())) >= 3, timeout_s=30)  # python, bash, sleep
-        interrupted, exited = _press_ctrl_c(script, 2, pause_s=1.0)
+        interrupted, exited = _press_ctrl_c(script, [0.0, 1.0])
     finally:
         if script.poll() is None:
             os.killpg(script.pid, signal.SIGKILL)
@@ -263,12 +273,16 @@ def _takes_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _press_ctrl_c(process: subprocess.Popen, presses: int, pause_s: float) -> tuple[float, float]:
-    """Ctrl-C to ``process``'s session ``presses`` times; when the first was sent and when it exited."""
+def _press_ctrl_c(process: subprocess.Popen, delays: list[float]) -> tuple[float, float]:
+    """Ctrl-C to ``process``'s session at each of ``delays`` seconds after the first press, unless
+    it has exited by then; when the first was sent and when it exited."""
     interrupted = time.time()
-    for _ in range(presses):
-        os.killpg(process.pid, signal.SIGINT)
-        time.sleep(pause_s)
+    for delay in delays:
+        try:
+            process.wait(timeout=max(0.0, interrupted + delay - time.time()))
+            break
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGINT)
     process.wait(timeout=120)
     return interrupted, time.time()
 

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.launch
 SCALING_TEST = Path(__file__).resolve().parents[1] / "scaling" / "test_scaling.py"
 TINY_FLAGS = ["--image-size", str(TINY.image_size), "--batch-size", str(TINY.batch_size), "--steps", str(TINY.steps),
               "--warmup-steps", str(TINY.warmup_steps), "--num-workers", str(TINY.num_workers),
-              "--widest-baseline", "1"]  # five steps make no precise baseline; these tests are about the flow
+              "--widest-baseline", "inf"]  # five steps make no precise baseline; these tests are about the flow
 
 
 @pytest.fixture
@@ -85,6 +85,39 @@ def test_a_throughput_far_below_the_baseline_fails_the_cell(suite):
     result.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1 regressed: throughput*(band -10%)*whole interval below*"])
 
 
+def test_another_machine_and_a_software_upgrade(suite, pytester):
+    """A baseline whose yardstick ran 3x slower is another machine's: not judged, not failed (a
+    failure with --strict-verdicts). One with another torch on this machine is judged, and the
+    verdict names the upgrade."""
+    recorded = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines")
+    recorded.assert_outcomes(passed=1)
+    saved = json.loads(suite.baseline_file.read_text())
+    entry = saved["cells"]["ddp-synthetic-resnet50-g1"]
+    entry["throughput"].update(lower=-0.9, upper=None)
+    entry["yardstick"]["seconds"] *= 3
+    suite.baseline_file.write_text(json.dumps(saved))
+    other_machine = suite("--loaders", "synthetic", "--gpus", "1")
+    other_machine.assert_outcomes(passed=1)
+    other_machine.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1*machine-differs*",
+                                        "*: machine-differs: this machine runs the yardstick *x as fast as the "
+                                        "baseline's*another machine*"])
+    strict = suite("--loaders", "synthetic", "--gpus", "1", "--strict-verdicts")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1 machine-differs (--strict-verdicts)*"])
+
+    entry["yardstick"]["seconds"] /= 3
+    entry["fingerprint"]["stack"]["torch"] = "2.13.1"
+    suite.baseline_file.write_text(json.dumps(saved))
+    upgraded = suite("--loaders", "synthetic", "--gpus", "1", "--strict-verdicts")
+    upgraded.assert_outcomes(passed=1)
+    upgraded.stdout.fnmatch_lines(["ddp-synthetic-resnet50-g1: * with software changed since the baseline: "
+                                   "torch 2.13.1 -> *"])
+    judged = json.loads((pytester.path / "results" / "latest" / "results.json").read_text())["cells"][0]
+    assert judged["verdict"] in ("pass", "inconclusive", "faster") and judged["machine_speed"] > 0
+    assert judged["stack_changes"][0].startswith("torch 2.13.1 -> ")
+    assert "[software changed since the baseline: torch 2.13.1 -> " in judged["verdicts"][0]["message"]
+
+
 def test_corrupt_baseline_is_named_and_never_overwritten(suite):
     suite.baseline_file.parent.mkdir()
     suite.baseline_file.write_text("{ not json")
@@ -116,7 +149,11 @@ def test_data_that_is_not_an_image_folder_stops_before_any_process(suite, pytest
     assert not (pytester.path / "results").exists()
 
 
-def test_more_ranks_than_the_machine_offers_are_skipped_with_the_reason(suite):
-    result = suite("--loaders", "synthetic", "--gpus", "64", "-rs")
+def test_default_rank_counts_beyond_the_allocation_are_skipped_with_the_reason(suite, monkeypatch):
+    """Counts asked for with --gpus must fit (test_bad_input.py); the default ones that do not are skipped."""
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")  # an allocation of one task
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    result = suite("--loaders", "synthetic", "--device", "cpu", "-k", "g2", "-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g64 needs 64 ranks but this machine offers*"])
+    result.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g2 needs 2 ranks but the Slurm allocation 4242 "
+                                 "(1 node(s)) holds 1 task(s)*"])

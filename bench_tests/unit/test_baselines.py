@@ -35,9 +35,15 @@ def test_corrupt_json_names_the_file(tmp_path):
 @pytest.mark.parametrize("data, why", [
     ([], "top level must be an object"),
     ({"schema_version": 9, "cells": {}}, "schema_version must be 1"),
-    ({"schema_version": 1, "cells": []}, '"cells" must be an object'),
+    ({"schema_version": 1, "cells": []}, '"cells" must be an object keyed by cell id, found a list'),
     ({"schema_version": 1, "cells": {"c": {"config_hash": "x"}}}, "none of the metrics"),
-    ({"schema_version": 1, "cells": {"c": entry(value=-3)}}, "positive numeric"),
+    ({"schema_version": 1, "cells": {"c": entry(value=-3)}}, 'positive numeric "value", found -3'),
+    ({"schema_version": 1, "cells": {"c": entry(value=math.nan)}}, "found NaN"),
+    ({"schema_version": 1, "cells": {"c": entry(value="30")}}, 'found "30"'),
+    ({"schema_version": 1, "cells": {"c": {"throughput": 30}}}, "needs an object with a positive numeric"),
+    ({"schema_version": 1, "cells": {"c": entry(config="cpu-small")}}, "config: must be an object or null, found a string"),
+    ({"schema_version": 1, "cells": {"c": entry(config_hash=12)}}, "config_hash: must be a string or null"),
+    ({"schema_version": 1, "cells": {"c": entry(yardstick=[0.1])}}, "yardstick: must be an object or null, found a list"),
     ({"schema_version": 1, "cells": {"c": entry(lower=0.2)}}, '"lower" must be a relative bound <= 0'),
 ])
 def test_schema_violations_name_file_and_fault(tmp_path, data, why):

@@ -1,6 +1,7 @@
 import pytest
 
-from harness.cells import Cell, Matrix, Workload, parse_ranks
+from harness.cells import Cell, Matrix, Workload, accuracy_cells, parse_cell_id, parse_names, parse_ranks
+from harness.loaders import LOADERS
 
 
 def test_cell_ids():
@@ -23,9 +24,38 @@ def test_unknown_names_list_the_valid_ones(field, name, kind):
         Matrix(**{field: (name,)})
 
 
-def test_rank_counts_must_be_numbers():
-    with pytest.raises(ValueError, match="--gpus"):
-        parse_ranks("1,two")
+def test_an_option_naming_no_registered_name_is_named():
+    assert parse_names("--loaders", " native, dali-cpu ", LOADERS) == ("native", "dali-cpu")
+    with pytest.raises(ValueError, match="^--loaders: unknown loader 'ffcv'; valid names: synthetic, "):
+        parse_names("--loaders", "native,ffcv", LOADERS)
+    with pytest.raises(ValueError, match="^--loaders: no name given; valid names: synthetic, "):
+        parse_names("--loaders", ",", LOADERS)
+
+
+@pytest.mark.parametrize("text", ["1,two", "0", "-1", "1,0", ","])
+def test_rank_counts_must_be_positive_numbers(text):
+    with pytest.raises(ValueError, match=f"--gpus takes comma-separated positive rank counts .*; got '{text}'"):
+        parse_ranks(text)
+
+
+def test_every_cell_id_parses_back_to_its_cell():
+    for cell in [*Matrix(ranks=(1, 2, 16), loaders=("synthetic", "dali-gpu-tfrecord")).cells(), *accuracy_cells()]:
+        assert parse_cell_id(cell.id) == cell
+
+
+@pytest.mark.parametrize("cell_id, why", [
+    ("ddp-synthetic-resnet49-g1", "unknown model 'resnet49'; valid names: resnet50"),
+    ("tensorflow-synthetic-resnet50-g1", "unknown framework 'tensorflow'"),
+    ("ddp-ffcv-resnet50-g2", "unknown loader 'ffcv'"),
+    ("ddp-synthetic-resnet50-g0", "not of the form <framework>-<loader>-<model>-g<ranks>"),
+    ("ddp-resnet50-g1", "not of the form"),
+    ("accuracy-ddp-linear-b32-g1", "unknown schedule 'linear'"),
+    ("accuracy-ddp-step-b33-g2", "the batch a multiple of the ranks"),
+])
+def test_ids_of_no_cell_say_why(cell_id, why):
+    with pytest.raises(ValueError) as error:
+        parse_cell_id(cell_id)
+    assert str(error.value).startswith(f"cell id {cell_id!r}: ") and why in str(error.value)
 
 
 def test_config_hash_follows_what_is_measured_not_where_data_lives():

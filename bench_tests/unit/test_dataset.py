@@ -23,8 +23,11 @@ def test_ensure_keeps_a_matching_dataset_and_rebuilds_another(tmp_path):
 
 
 def test_not_a_directory(tmp_path):
-    with pytest.raises(DatasetError, match="does not exist"):
+    with pytest.raises(DatasetError, match="missing does not exist$"):
         validate_image_folder(tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DatasetError, match="file is a file, not an ImageFolder tree"):
+        validate_image_folder(tmp_path / "file")
 
 
 def test_flat_folder_is_not_an_image_folder(tmp_path):

@@ -70,6 +70,21 @@ def test_torn_last_line_stays_one_bad_line_after_the_next_append(tmp_path):
     assert [p.line for p in problems] == [2]
 
 
+def test_lines_cut_short_are_told_from_lines_written_by_something_else(tmp_path):
+    path = tmp_path / "sys.jsonl"
+    history.append(path, nightly([100.0]))
+    row = json.dumps(nightly([101.0])[0])
+    with open(path, "ab") as stream:
+        stream.write(row[:50].encode() + b"\n")  # cut short, then ended by the next append
+        stream.write(b"nightly finished\n" + b'{"level": "info"}\n' + b"\xff\xfe\n" + b"{\n")
+        stream.write(row[:70].encode())  # cut short, last
+    rows, problems = history.read(path)
+    assert len(rows) == 1
+    assert [(p.line, p.torn) for p in problems] == [(2, True), (3, False), (4, False), (5, False), (6, True),
+                                                     (7, True)]
+    assert "cut short" in problems[0].why and "cut short" not in problems[1].why
+
+
 def test_interrupt_mid_run_keeps_earlier_lines(tmp_path):
     """A process appending a line per cell, killed by SIGINT: every finished line survives."""
     path = tmp_path / "sys.jsonl"

@@ -4,8 +4,8 @@ import math
 import pytest
 
 from harness.stats import Estimate
-from harness.yardstick import (REPEATS, VERSION, Yardstick, from_records, launch_drifts, normalise, normalise_estimate,
-                               run_yardstick, speed_ratio)
+from harness.yardstick import (REPEATS, SAME_MACHINE_DRIFT, VERSION, Yardstick, another_machine, from_records,
+                               launch_drifts, normalise, normalise_estimate, run_yardstick, speed_ratio)
 
 
 def test_the_workload_runs_and_times_each_repeat():
@@ -63,3 +63,15 @@ def test_a_drifting_machine_widens_the_normalised_interval_not_its_value():
     widened = normalise_estimate(measured, 1.2, drift=0.2)  # the window ran at 1.08 to 1.32 times the speed
     assert widened.value == pytest.approx(50.0)
     assert (widened.low, widened.high) == pytest.approx((54.0 / 1.32, 66.0 / 1.08))
+
+
+@pytest.mark.parametrize("ratio", [1.0, 1.25, 1 / 1.25, 1 + SAME_MACHINE_DRIFT, 1 / (1 + SAME_MACHINE_DRIFT), None])
+def test_a_drift_within_the_measured_range_is_the_same_machine(ratio):
+    assert another_machine(ratio) is None
+
+
+@pytest.mark.parametrize("ratio, words", [(2.5, "2.50x as fast as"), (1.35, "1.35x as fast as"),
+                                          (0.5, "2.00x slower than")])
+def test_a_speed_beyond_it_is_another_machine_never_a_regression(ratio, words):
+    why = another_machine(ratio)
+    assert words in why and "another machine" in why and "--update-baselines" in why

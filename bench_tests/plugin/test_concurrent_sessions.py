@@ -1,0 +1,46 @@
+"""Two scaling sessions at once in one checkout, as two partitions' nightlies or a user's run beside
+the nightly: both record their cells into one baseline file and one history store, each in its own
+session directory."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.history import read as read_history
+
+from .test_suite_flow import SCALING_TEST, TINY_FLAGS
+
+pytestmark = pytest.mark.launch
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_two_sessions_updating_one_systems_baselines_keep_both_cells(tmp_path):
+    shutil.copy(SCALING_TEST, tmp_path / "test_scaling.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    sessions = []
+    for ranks in ("1", "2"):
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "--system", "shared",
+                   "--baselines-dir", "baselines", "--history-dir", "history", "--launcher", "torchrun",
+                   "--frameworks", "ddp", "--loaders", "synthetic", "--gpus", ranks, "--update-baselines",
+                   "--measure-budget", "0", *TINY_FLAGS]
+        sessions.append(subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True))
+    outputs = [session.communicate(timeout=600)[0] for session in sessions]
+    for session, output in zip(sessions, outputs):
+        assert session.returncode == 0, output[-3000:]
+
+    cells = {"ddp-synthetic-resnet50-g1", "ddp-synthetic-resnet50-g2"}
+    assert set(json.loads((tmp_path / "baselines" / "shared.json").read_text())["cells"]) == cells
+    rows, problems = read_history(tmp_path / "history" / "shared.jsonl")
+    assert problems == [] and {row["cell"] for row in rows} == cells and len(rows) == 2
+    session_dirs = sorted(path for path in (tmp_path / "results").iterdir() if not path.is_symlink())
+    assert len(session_dirs) == 2, "each session writes into a directory of its own"
+    assert sorted(sorted(path.name for path in (d / "cells").iterdir()) for d in session_dirs) == \
+        [["ddp-synthetic-resnet50-g1"], ["ddp-synthetic-resnet50-g2"]]
+    assert all(len(json.loads((d / "results.json").read_text())["cells"]) == 1 for d in session_dirs)
+    assert (tmp_path / "results" / "latest").resolve() in session_dirs
+    assert list(tmp_path.rglob("*.tmp")) == []

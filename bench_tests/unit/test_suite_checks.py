@@ -1,0 +1,41 @@
+"""The suite's checks of its options before any cell starts (harness.suite)."""
+import os
+
+import pytest
+
+from harness.suite import SuiteError, SuiteOptions, check_settings, unwritable
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("repeat", 0, "--repeat must be at least 1, got 0"),
+    ("steps", 0, "--steps must be at least 1, got 0"),
+    ("warmup_steps", -1, "--warmup-steps must be at least 0, got -1"),
+    ("measure_budget", float("nan"), "--measure-budget must be at least 0, got nan"),
+    ("precision", 0.0, "--precision must be greater than 0, got 0.0"),
+    ("hang_timeout", -5.0, "--hang-timeout must be greater than 0, got -5.0"),
+    ("profile", "huge", "--profile: unknown profile 'huge'; valid names: auto, study, cpu-small"),
+    ("device", "gpu", "--device: unknown device 'gpu'; valid names: auto, cpu, cuda"),
+])
+def test_a_setting_no_cell_can_run_with_is_named(option, value, message):
+    with pytest.raises(SuiteError) as error:
+        check_settings(SuiteOptions(**{option: value}))
+    assert str(error.value) == message
+
+
+def test_the_defaults_and_the_smallest_settings_pass():
+    check_settings(SuiteOptions())
+    check_settings(SuiteOptions(steps=1, warmup_steps=0, num_workers=0, repeat=1, measure_budget=0, precision=1e-6))
+
+
+def test_a_directory_to_be_made_under_a_file_is_unwritable(tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert unwritable(tmp_path / "file" / "deeper" / "dir") == f"{tmp_path / 'file'} is not a directory"
+    assert unwritable(tmp_path / "new" / "dir") is None
+    assert unwritable(tmp_path) is None
+
+
+def test_a_relative_directory_is_checked_from_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("x")
+    assert unwritable(os.path.join("file", "results")) == f"{tmp_path / 'file'} is not a directory"
+    assert unwritable("results") is None
