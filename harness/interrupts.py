@@ -119,6 +119,9 @@ class Interrupts:
     def pause(self, seconds: float) -> None:
         """Sleep with the protection lifted: the one place inside a protected section where a first
         press (now, or one kept pending) ends what the section was waiting for."""
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(seconds)  # signals reach the main thread only
+            return
         depth, self._depth = self._depth, 0
         try:
             self._raise_pending()

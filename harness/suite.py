@@ -674,7 +674,12 @@ class Suite:
                 rows.append([r.cell.id, r.run.launcher, "-", "-", "-", baseline, "-", "-", str(len(r.runs)),
                              f"error ({r.run.status})"])
                 continue
-            delta = f"{normalise(r.throughput.value, r.machine_speed) / reference.value - 1:+.1%}" if reference else "-"
+            if reference is None:
+                delta = "-"
+            elif r.verdict == "machine-differs":  # normalising across machines means nothing: as measured
+                delta = f"{r.throughput.value / reference.value - 1:+.1%} raw"
+            else:
+                delta = f"{normalise(r.throughput.value, r.machine_speed) / reference.value - 1:+.1%}"
             machine = f"{r.machine_speed - 1:+.1%}" if r.machine_speed else "-"
             efficiency = _format_interval(r.efficiency, 3) if r.efficiency else "-"
             if r.efficiency_source == "baseline":
