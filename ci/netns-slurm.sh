@@ -23,16 +23,26 @@ fail() {
     exit 1
 }
 on() { local n="$1"; shift; "$here/netns.sh" exec "$n" "$@"; }
+# The host each daemon runs on; its pid file holds its PID as that host sees it.
+host_of() { case "$1" in "slurmd-${prefix}1") echo 1 ;; *) echo 0 ;; esac; }
 # A live daemon started from our pid file.
-running() { local pid; pid="$(cat "$state/$1.pid" 2>/dev/null)" && kill -0 "$pid" 2>/dev/null; }
+running() {
+    local pid
+    pid="$(cat "$state/$1.pid" 2>/dev/null)" && "$here/netns.sh" status >/dev/null 2>&1 &&
+        on "$(host_of "$1")" kill -0 "$pid" 2>/dev/null
+}
 
 stop() {
-    local name pid
+    local name pid host
+    "$here/netns.sh" status >/dev/null 2>&1 || { rm -f "$state"/*.pid; return 0; }  # gone with its hosts
     for name in "slurmd-${prefix}1" "slurmd-${prefix}0" slurmctld; do
         pid="$(cat "$state/$name.pid" 2>/dev/null || true)"
-        [[ -n "$pid" ]] && kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        [[ -n "$pid" ]] && kill -KILL "$pid" 2>/dev/null || true
+        host="$(host_of "$name")"
+        if [[ -n "$pid" ]]; then
+            on "$host" kill -TERM "$pid" 2>/dev/null || true
+            for _ in $(seq 50); do on "$host" kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+            on "$host" kill -KILL "$pid" 2>/dev/null || true
+        fi
         rm -f "$state/$name.pid"
     done
 }

@@ -4,7 +4,8 @@ A spec's ``"fault"`` names one:
 
 - ``{"rank": 1, "kind": "crash", "at_step": 3}``: rank 1 raises at its third timed step;
   ``exit`` dies there without a word (as a killed process does); ``hang`` stops making progress
-  while its process stays alive. These need a ``rank``.
+  while its process stays alive; ``stuck`` hangs and ignores SIGTERM and SIGINT too (a rank in
+  uninterruptible I/O or saving a checkpoint), so that only SIGKILL ends it. These need a ``rank``.
 - ``{"kind": "slow", "fraction": 0.2}``: every step of every rank (or only of ``rank``, if given)
   takes 20% longer: before fetching its batch, the rank sleeps ``fraction`` times the duration of
   its own previous step, measured without the sleep added to that one.
@@ -25,8 +26,8 @@ from typing import Iterable, Iterator
 
 from .trainloop import ProgressFn
 
-KINDS = ("crash", "exit", "hang", "slow")
-_NEEDS_RANK = ("crash", "exit", "hang")
+KINDS = ("crash", "exit", "hang", "stuck", "slow")
+_NEEDS_RANK = ("crash", "exit", "hang", "stuck")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,6 +117,9 @@ def with_fault(progress: ProgressFn, fault: Fault | None, rank: int) -> Progress
             raise InjectedFault(f"injected crash on rank {rank} at timed step {step}")
         if fault.kind == "exit":
             os.kill(os.getpid(), signal.SIGKILL)
+        if fault.kind == "stuck":
+            for deaf_to in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(deaf_to, signal.SIG_IGN)
         while True:  # hang
             time.sleep(3600)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 import os
 import shutil
 import socket
@@ -28,6 +29,8 @@ class LaunchRequest:
     master_addr: str | None = None
     """None lets each rank derive it from its launcher (Slurm: first node of the step)."""
     python: str = sys.executable
+    token: str = ""
+    """The run token every process of the launch carries (``DLSCALE_RUN_TOKEN``)."""
     export: tuple[str, ...] = ("MASTER_ADDR", "MASTER_PORT", "DLSCALE_RUN_TOKEN", "PYTHONPATH", "PYTHONUNBUFFERED")
     """Variables a launcher that does not forward the whole environment must pass on."""
 
@@ -66,12 +69,60 @@ class Launcher(abc.ABC):
         """Where rank 0 will listen, when the launcher does not tell its ranks itself."""
         return self.environment.get("MASTER_ADDR") or socket.gethostname()
 
-    def cleanup(self, request: LaunchRequest) -> None:
-        """Release what the launcher may leave behind after its process is gone."""
+    def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
+        """After the launcher's process is gone and this node's processes with the token are
+        swept: end what the launch may have left elsewhere, through the launcher's own mechanism,
+        and check every other node it reached. The pids that had to be killed, by node."""
+        return {}
 
 
 def inside_slurm_allocation(env=os.environ) -> bool:
     return "SLURM_JOB_ID" in env
+
+
+def _spans_other_nodes(job: allocation.Allocation) -> bool:
+    return job.nodes > 1 or (job.nodelist or "") not in ("", socket.gethostname(), socket.gethostname().split(".")[0])
+
+
+def sweep_allocation_nodes(request: LaunchRequest, timeout_s: float = 60) -> dict[str, list[int]]:
+    """Inside a Slurm allocation that reaches beyond this node: one task on every node of it kills
+    whatever still carries the launch's token (``python -m harness.procs sweep``). This node's
+    /proc shows only this node's processes, so only such a step can see the others.
+
+    The pids killed, by node; a node that could not be checked is named with the reason, so that
+    a cell never passes as clean when it could not be looked at."""
+    job = allocation.from_env(os.environ)
+    if job is None or not request.token or not _spans_other_nodes(job) or shutil.which("srun") is None:
+        return {}
+    version = installed_slurm_version()
+    overlap = ["--overlap"] if version is None or version >= (20, 11) else []
+    harness_root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [harness_root, os.environ.get("PYTHONPATH")])))
+    command = ["srun", *overlap, f"--nodes={job.nodes}", f"--ntasks={job.nodes}", "--ntasks-per-node=1",
+               f"--job-name={request.job_name}-sweep", request.python, "-m", "harness.procs", "sweep", request.token]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"the sweep of the allocation's {job.nodes} nodes did not answer in {timeout_s:.0f} s") from None
+    by_node: dict[str, list[int]] = {}
+    for line in done.stdout.splitlines():
+        try:
+            swept = json.loads(line)
+            by_node[swept["host"]] = swept["killed"]
+        except (ValueError, KeyError, TypeError):
+            continue
+    if len(by_node) < job.nodes:
+        raise RuntimeError(f"the sweep of the allocation's {job.nodes} nodes heard from {sorted(by_node) or 'none'}: "
+                           f"{(done.stderr or done.stdout).strip()[-500:]}")
+    return by_node
+
+
+def _job_steps_named(job_id: str, name: str) -> list[str]:
+    """The ids (``JOB.STEP``) of the job's steps called ``name``."""
+    listed = subprocess.run(["squeue", "--noheader", "--steps", f"--jobs={job_id}", "--format=%i %j"],
+                            capture_output=True, text=True, timeout=30, check=False)
+    return [step for step, _, step_name in (line.strip().partition(" ") for line in listed.stdout.splitlines())
+            if step_name.strip() == name]
 
 
 class SrunLauncher(Launcher):
@@ -103,11 +154,19 @@ class SrunLauncher(Launcher):
                                        f"--job-name={request.job_name}", request.python, "-m", request.module,
                                        *request.args])
 
-    def cleanup(self, request: LaunchRequest) -> None:
-        # Outside an allocation srun made a job of its own, named after the cell; make sure it is
-        # gone. Inside one, the job is the user's allocation and must never be cancelled.
-        if not inside_slurm_allocation() and shutil.which("scancel"):
+    def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
+        # Outside an allocation srun made a job of its own, named after the cell: cancel it. Inside
+        # one, the job is the user's allocation and must never be cancelled, only the cell's step
+        # (an srun killed by a second Ctrl-C leaves its step running on the other nodes).
+        if shutil.which("scancel") is None:
+            return {}
+        job = allocation.from_env(os.environ)
+        if job is None:
             subprocess.run(["scancel", "--quiet", f"--name={request.job_name}"], timeout=30, check=False)
+            return {}
+        for step in _job_steps_named(job.job_id, request.job_name):
+            subprocess.run(["scancel", "--quiet", step], timeout=30, check=False)
+        return sweep_allocation_nodes(request)
 
 
 class MpirunLauncher(Launcher):
@@ -121,6 +180,11 @@ class MpirunLauncher(Launcher):
         for name in dict.fromkeys([*request.export, *self.environment]):
             command += ["-x", name]
         return self._with_environment(command + [request.python, "-m", request.module, *request.args])
+
+    def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
+        # SIGTERM to mpirun is Open MPI's own teardown (it ends its daemons and their ranks on
+        # every node); inside a Slurm allocation every node is then checked.
+        return sweep_allocation_nodes(request)
 
 
 class TorchrunLauncher(Launcher):

@@ -41,3 +41,25 @@ def kill_processes_with_token(token: str, *, timeout_s: float = 10.0) -> list[in
                 pass
         time.sleep(0.1)
     return sorted(set(killed))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.procs sweep TOKEN``: the token sweep on the node it runs on, for a
+    launcher that reaches every node of a cell (one task per node); prints one JSON line, the
+    node's name and the pids it had to kill."""
+    import argparse
+    import json
+    import socket
+
+    parser = argparse.ArgumentParser(prog="python -m harness.procs")
+    parser.add_argument("action", choices=["sweep"])
+    parser.add_argument("token")
+    args = parser.parse_args(argv)
+    killed = kill_processes_with_token(args.token)
+    print(json.dumps({"host": socket.gethostname(), "killed": killed,
+                      "left": processes_with_token(args.token)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -48,6 +48,9 @@ class CellRun:
     token: str
     """Carried in every process's environment (``DLSCALE_RUN_TOKEN``) to find leftovers by."""
     orphans_killed: list[int]
+    """Processes of the launch still alive on this node after the launcher ended, then killed."""
+    orphans_elsewhere: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    """The same on the launch's other nodes (launchers that reach them), by node."""
 
     @property
     def ok(self) -> bool:
@@ -108,13 +111,17 @@ def _kill_at_once(process: subprocess.Popen, token: str) -> None:
 
 
 def _end(process: subprocess.Popen, token: str, launcher: Launcher, request: LaunchRequest,
-         limits: RunLimits) -> list[int]:
-    """End the launch and everything it started; the pids the token sweep still found alive."""
+         limits: RunLimits) -> tuple[list[int], dict[str, list[int]], str | None]:
+    """End the launch and everything it started, on this node and (through the launcher) on the
+    others: the pids the sweeps still found alive here and elsewhere, and why the other nodes could
+    not be checked, if so."""
     if process.poll() is None:
         _terminate(process, limits.terminate_grace_s)
     orphans = kill_processes_with_token(token)
-    launcher.cleanup(request)
-    return orphans
+    try:
+        return orphans, launcher.cleanup(request), None
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+        return orphans, {}, f"clean-up of the other nodes: {error}"
 
 
 def _describe_errors(errors: list[dict]) -> str:
@@ -143,7 +150,7 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     master_addr = master_addr or launcher.rendezvous_host()
     request = LaunchRequest(ranks=cell.ranks, module="harness.worker", args=(str(spec_path.resolve()),),
                             job_name=f"dlscale-{cell.id}-{token[:8]}", master_port=free_port(),
-                            master_addr=master_addr)
+                            master_addr=master_addr, token=token)
     command = launcher.command(request)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_PORT=str(request.master_port), **{TOKEN_VARIABLE: token})
     if master_addr:
@@ -167,25 +174,28 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
             except BaseException:
                 _end(process, token, launcher, request, limits)
                 raise
-            orphans = _end(process, token, launcher, request, limits)
+            orphans, orphans_elsewhere, cleanup_error = _end(process, token, launcher, request, limits)
     wall = time.monotonic() - started
 
     records = _read_all(outdir, "record-*.json")
     errors = _read_all(outdir, "error-*.json")
     problems = [error] if error else []
+    if cleanup_error:
+        problems.append(cleanup_error)
     if errors:
         problems.append(_describe_errors(errors))
     silent = _silent_ranks(cell, records, errors) if status in ("ok", "failed") else ""
     if silent:
         problems.append(f"rank(s) {silent} ended without a record or an error report (killed, or died in "
                         f"native code)")
-    if status == "ok" and (errors or silent or process.returncode != 0):
+    if status == "ok" and (errors or silent or cleanup_error or process.returncode != 0):
         status = "failed"
     if status != "ok":
         problems.append(f"{launcher.name} exited with status {process.returncode}; its last lines:\n{_tail(log_path)}")
     error = "\n".join(problems) or None
     return CellRun(cell=cell, launcher=launcher.name, command=command, status=status, records=records, error=error,
-                   wall_s=wall, log_path=log_path, token=token, orphans_killed=orphans)
+                   wall_s=wall, log_path=log_path, token=token, orphans_killed=orphans,
+                   orphans_elsewhere=orphans_elsewhere)
 
 
 def _watch(process: subprocess.Popen, cell: Cell, outdir: Path, limits: RunLimits, started: float,

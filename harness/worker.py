@@ -93,6 +93,10 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
     progress = with_fault(progress, fault, rank.rank)
     progress("setup", 0, 1)
 
+    # The yardstick runs before the framework starts and after it has shut down, so that none of
+    # its threads (Horovod's background loop, DeepSpeed's, gloo's) can slow it. A CPU yardstick
+    # says nothing about a GPU's speed, so GPU cells go without.
+    yardstick = run_yardstick() if device.type == "cpu" and spec.get("yardstick", True) else None
     adapter = FRAMEWORKS.create(cell.framework, **spec.get("framework_options", {}))
     adapter.configure(batch_size=workload.batch_size)
     adapter.setup(rank, device)
@@ -104,8 +108,6 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
         probe = ComputeProbe(model, loss_fn)  # copied before any framework hooks the model
         adapter.wrap(model, optimizer, loss_fn)
         progress("setup", 1, 1)
-        # A CPU yardstick says nothing about a GPU's speed, so GPU cells go without.
-        yardstick = run_yardstick() if device.type == "cpu" and spec.get("yardstick", True) else None
         loader = LOADERS.create(cell.loader, workload=workload, rank=rank, device=device)
         try:
             delay = spec.get("data_delay")  # {"seconds": s, "rank": r or None}: a slow loader on purpose
@@ -116,11 +118,11 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
                             device=device, progress=progress, probe=probe)
         finally:
             loader.close()
-        if yardstick is not None:
-            yardstick += run_yardstick()
         framework_settings = adapter.settings()
     finally:
         adapter.shutdown()
+    if yardstick is not None:
+        yardstick += run_yardstick()
     return {
         "cell": cell.id,
         **dataclasses.asdict(rank),

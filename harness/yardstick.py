@@ -1,5 +1,5 @@
-"""The machine yardstick: a fixed CPU workload every rank times just before its warm-up and just
-after its timed window, so that a change in the machine's own speed (other jobs on a shared node,
+"""The machine yardstick: a fixed CPU workload every rank times just before its framework starts
+and just after the framework has shut down (outside the thing under test), so that a change in the machine's own speed (other jobs on a shared node,
 a busier host under a virtual machine, a throttled CPU) can be told apart from a change in what is
 being measured.
 
@@ -109,7 +109,7 @@ def from_records(records: Sequence[Mapping]) -> Yardstick | None:
 
 def launch_drifts(sample: Sequence[float], repeats: int = REPEATS) -> list[float]:
     """``|after - before| / mean(before, after)`` of each launch in one rank's yardstick times: the
-    worker times ``repeats`` before its warm-up and ``repeats`` after its window, and pooled
+    worker times ``repeats`` before its framework starts and ``repeats`` after it has shut down, and pooled
     launches follow each other. Nothing for a sample of another shape."""
     if not sample or len(sample) % (2 * repeats):
         return []

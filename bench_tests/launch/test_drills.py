@@ -208,7 +208,8 @@ def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, re
     log = (tmp_path / "pytest.log").read_text()
     drill = "Ctrl-C mid-suite" + ("" if second_press_after is None else f" (twice, +{second_press_after:g} s)")
     report(request, drill, "torchrun", interrupt_to_pytest_exit=exited - interrupted,
-           interrupt_to_all_gone=max(gone, exited) - interrupted)
+           interrupt_to_all_gone=max(gone, exited) - interrupted,
+           second_press=_where_it_landed(log) if second_press_after is not None else "-")
 
     assert pids_with(mark.encode()) == [], "worker processes outlived the interrupted suite"
     assert suite.returncode == pytest.ExitCode.INTERRUPTED, log[-3000:]
@@ -222,6 +223,15 @@ def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, re
     rows, problems = read_history(history / "drillsys.jsonl")  # appended line by line: none torn
     assert problems == [] and [row["cell"] for row in rows] == ["ddp-synthetic-resnet50-g1"]
     assert [path for path in tmp_path.rglob("*.tmp")] == [], "a half-written file was left"
+
+
+def _where_it_landed(log: str) -> str:
+    """Where the second press fell, from where its notice sits in the session's output."""
+    hurry = log.find("dlscale: hurrying")
+    if hurry < 0:
+        return "after-the-exit-or-with-the-first"
+    summary = log.find("dlscale summary")
+    return "before-the-summary" if summary < 0 or hurry < summary else "in-the-summary"
 
 
 STUBBORN_CELL = """

@@ -82,8 +82,9 @@ class TwoNodeSrun(SrunLauncher):
         at = command.index("srun") + 1
         return [*self.prefix, *command[:at], "--nodes=2", *command[at:]]
 
-    def cleanup(self, request: LaunchRequest) -> None:
+    def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
         subprocess.run([*self.prefix, "scancel", "--quiet", f"--name={request.job_name}"], timeout=30, check=False)
+        return {}
 
 
 def _netns_settings(netns_env: dict) -> list[str]:

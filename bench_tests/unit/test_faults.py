@@ -45,7 +45,7 @@ def test_spec_validation():
         Fault(kind="slow")
     with pytest.raises(ValueError, match="'slow' faults only"):
         Fault(kind="hang", rank=0, fraction=0.1)
-    with pytest.raises(ValueError, match="unknown fault kind 'slowly'; valid kinds: crash, exit, hang, slow"):
+    with pytest.raises(ValueError, match="unknown fault kind 'slowly'; valid kinds: crash, exit, hang, stuck, slow"):
         Fault(kind="slowly", fraction=0.1)
 
 

@@ -46,3 +46,23 @@ def test_deepspeed_launcher_runs_the_module_without_a_local_rank_argument():
     command = LAUNCHERS.create("deepspeed").command(REQUEST)
     assert "--num_gpus=2" in command and "--no_local_rank" in command and "--master_port=29555" in command
     assert command[-3:] == ["--module", "harness.worker", "/tmp/spec.json"]
+
+
+def test_the_other_nodes_are_swept_only_from_an_allocation_that_reaches_beyond_this_node(monkeypatch):
+    import dataclasses
+    import socket
+
+    from harness import launchers
+
+    def ran(*args, **kwargs):
+        raise AssertionError(f"no sweep step expected, got {args}")
+
+    monkeypatch.setattr(launchers.subprocess, "run", ran)
+    request = dataclasses.replace(REQUEST, token="t0k3n")
+    for name in ("SLURM_JOB_ID", "SLURM_JOBID"):
+        monkeypatch.delenv(name, raising=False)
+    assert launchers.sweep_allocation_nodes(request) == {}  # outside an allocation
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", socket.gethostname())
+    assert launchers.sweep_allocation_nodes(request) == {}  # an allocation of this node alone

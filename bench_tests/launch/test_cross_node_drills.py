@@ -1,0 +1,231 @@
+"""Failure drills across two nodes: a rank killed, a rank hung, Ctrl-C once and twice, for a cell
+with one rank on each host of the two-node namespace Slurm cluster, started by srun (a job step)
+and by mpirun (Open MPI inside the allocation, its daemons started through Slurm).
+
+Each host has its own PID namespace, as two real nodes have, and the runner runs on host 0
+(bench_tests/launch/node_drill.py inside ``salloc -N2``): its own /proc shows nothing of host 1, so
+only the launcher's cross-node clean-up can pass these drills. This test, outside both hosts, sees
+every process and times per node: the fault, the runner's decision, the last process gone, and the
+processes still there when the runner returned (must be none).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from .test_drills import last_progress, report
+from .test_two_hosts import NETNS, hosts, two_node_slurm  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.launch
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = b"DLSCALE_RUN_TOKEN="
+
+
+class NodeWatch:
+    """Ten times a second: every process carrying a run token, by token and by the host whose PID
+    namespace it lives in, with the rank of each worker."""
+
+    def __init__(self, namespaces: dict[str, str]):
+        self.namespaces = namespaces
+        """PID namespace (as /proc/PID/ns/pid reads) -> host name."""
+        self.seen: dict[tuple[str, int], dict] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self):
+        while not self._stop.is_set():
+            now = time.time()
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    environ = (entry / "environ").read_bytes().split(b"\0")
+                    namespace = os.readlink(entry / "ns" / "pid")
+                except OSError:
+                    continue
+                token = next((item[len(TOKEN):].decode() for item in environ if item.startswith(TOKEN)), None)
+                if token is None or namespace not in self.namespaces:
+                    continue
+                pid = int(entry.name)
+                process = self.seen.setdefault((token, pid), {"node": self.namespaces[namespace], "first": now,
+                                                              "rank": _rank_of(entry, environ)})
+                process["last"] = now
+            self._stop.wait(0.1)
+
+    def of(self, token: str) -> list[dict]:
+        return [process for (seen_token, _), process in self.seen.items() if seen_token == token]
+
+
+def _rank_of(entry: Path, environ: list[bytes]) -> int | None:
+    """A worker's rank (Open MPI's, else Slurm's: under mpirun in an allocation a rank also inherits
+    the SLURM_PROCID of the daemon's step); None for launchers and daemons."""
+    try:
+        cmdline = (entry / "cmdline").read_bytes()
+    except OSError:
+        return None
+    if b"harness.worker" not in cmdline or not cmdline.startswith(sys.executable.encode()):
+        return None
+    values = dict(item.split(b"=", 1) for item in environ if b"=" in item)
+    value = values.get(b"OMPI_COMM_WORLD_RANK") or values.get(b"SLURM_PROCID")
+    return int(value) if value is not None else None
+
+
+def _holder_namespace(prefix: str, node: int) -> str:
+    holder = Path(f"/run/netns/{prefix}{node}.init").read_text().strip()
+    return os.readlink(f"/proc/{holder}/ns/pid")
+
+
+def _driver_pid(result: Path) -> int | None:
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmdline[:1] == [sys.executable.encode()] and b"bench_tests.launch.node_drill" in cmdline \
+                and str(result).encode() in cmdline:
+            return int(entry.name)
+    return None
+
+
+DRILLS = {"killed": ["--fault", "exit"], "hung": ["--fault", "hang", "--heartbeat", "30"],
+          # Ctrl-C pressed at a job whose rank on host 1 is stuck (what users press it for): deaf to
+          # SIGTERM, it outlives a launcher that is killed, so only a SIGKILL on host 1 can end it.
+          "ctrl-c": ["--fault", "stuck", "--heartbeat", "300"], "ctrl-c-twice": ["--fault", "stuck", "--heartbeat", "300"]}
+
+
+@pytest.mark.parametrize("launcher_name", ["srun", "mpirun"])
+@pytest.mark.parametrize("drill", list(DRILLS))
+def test_a_failed_or_interrupted_cell_leaves_nothing_on_either_node(hosts, two_node_slurm, tmp_path, request,
+                                                                    launcher_name, drill):
+    prefix = hosts["DLSCALE_NETNS_PREFIX"]
+    nodes = [f"{prefix}{n}" for n in (0, 1)]
+    namespaces = {_holder_namespace(prefix, n): nodes[n] for n in (0, 1)}
+    result, cells = tmp_path / "result.json", tmp_path / "cells"
+    command = [str(NETNS), "exec", "0", "env", f"SLURM_CONF={two_node_slurm}", "salloc", "--quiet", "--nodes=2",
+               "--ntasks-per-node=1", sys.executable, "-m", "bench_tests.launch.node_drill", launcher_name, str(cells),
+               str(result), *DRILLS[drill]]
+    env = dict(hosts, PATH=os.environ["PATH"], PYTHONPATH=str(REPO))
+    log_path = tmp_path / "drill.log"
+    outdir = cells / "ddp-synthetic-resnet50-g2"
+    with NodeWatch(namespaces) as watch, open(log_path, "wb") as log:
+        driver = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        try:
+            pressed = None
+            if drill.startswith("ctrl-c"):
+                pressed = _press_when_both_ranks_train(driver, outdir, result, twice=drill == "ctrl-c-twice")
+            driver.wait(timeout=300)
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+        time.sleep(0.3)
+    output = log_path.read_text(errors="replace")
+    assert result.exists(), output[-3000:]
+    outcome = json.loads(result.read_text())
+    token = outcome["token"]
+    assert outcome["host"] == nodes[0] and token, outcome
+    processes = watch.of(token)
+    workers = {process["rank"]: process for process in processes if process["rank"] is not None}
+    assert {workers[rank]["node"] for rank in (0, 1)} == set(nodes), f"one rank per node expected: {workers}"
+
+    expected = {"killed": "failed", "hung": "hung", "ctrl-c": "interrupted", "ctrl-c-twice": "interrupted"}[drill]
+    assert outcome["status"] == expected, (outcome, output[-3000:])
+    assert "Traceback" not in output, output[-3000:]
+    if drill == "killed":
+        struck = workers[0]["last"]
+    elif drill == "hung":
+        struck = last_progress(outdir)
+    else:
+        struck = pressed
+    returned = outcome["returned"]
+    timings: dict[str, float | str] = {"fault_to_runner_decided": outcome["decided"] - struck}
+    left = {}
+    for node in nodes:
+        on_node = [process for process in processes if process["node"] == node]
+        timings[f"host{node[-1]}_all_gone"] = max(process["last"] for process in on_node) + 0.1 - struck
+        left[node] = [process for process in on_node if process["last"] > returned + 0.15]
+        timings[f"host{node[-1]}_left"] = str(len(left[node]))
+    timings["swept_elsewhere"] = json.dumps({f"host{host[-1]}": len(pids) for host, pids in (outcome["elsewhere"] or {}).items()})
+    report(request, f"2 nodes, {drill}", launcher_name, **timings)
+    assert left == {node: [] for node in nodes}, "processes outlived the runner's clean-up"
+
+
+def _press_when_both_ranks_train(driver: subprocess.Popen, outdir: Path, result: Path, *, twice: bool) -> float:
+    """Ctrl-C (SIGINT) to the runner on host 0 once both ranks are in their timed steps and the rank
+    on host 1 is stuck; the second press, if any, while the runner is ending the cell gracefully."""
+    deadline = time.monotonic() + 240
+    while True:
+        assert driver.poll() is None, "the drill ended before both ranks trained"
+        assert time.monotonic() < deadline, "the ranks did not reach their timed steps in 240 s"
+        phases = []
+        for path in outdir.glob("progress-*.json"):
+            try:
+                phases.append(json.loads(path.read_text())["phase"])
+            except (OSError, ValueError, KeyError):
+                continue
+        if phases.count("timed") == 2:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)  # the hang strikes at the second timed step
+    pid = _driver_pid(result)
+    assert pid is not None, "the runner's process was not found"
+    pressed = time.time()
+    os.kill(pid, signal.SIGINT)
+    if twice:
+        time.sleep(0.5)
+        try:
+            os.kill(pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass  # the runner was already done
+    return pressed
+
+
+def test_each_hosts_sweep_sees_only_its_own_processes(hosts):
+    """What makes the drills above able to fail: a process on host 1 is out of reach of host 0's
+    token sweep (its own PID namespace), and is ended by the sweep on host 1."""
+    token = os.urandom(8).hex()
+    env = dict(hosts, PATH=os.environ["PATH"], PYTHONPATH=str(REPO))
+    sweep = [sys.executable, "-m", "harness.procs", "sweep", token]
+    sleeper = subprocess.Popen([str(NETNS), "exec", "1", "env", f"DLSCALE_RUN_TOKEN={token}", sys.executable, "-c",
+                                "import time; time.sleep(120)"], env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not _on_host(hosts, 1, token):
+            assert time.monotonic() < deadline, "the process on host 1 did not start"
+            time.sleep(0.1)
+        from_host0 = json.loads(subprocess.run([str(NETNS), "exec", "0", *sweep], env=env, capture_output=True,
+                                               text=True, check=True, timeout=60).stdout)
+        assert from_host0["killed"] == [] and _on_host(hosts, 1, token)
+        from_host1 = json.loads(subprocess.run([str(NETNS), "exec", "1", *sweep], env=env, capture_output=True,
+                                               text=True, check=True, timeout=60).stdout)
+        assert len(from_host1["killed"]) == 1 and from_host1["host"].endswith("h1")
+        assert sleeper.wait(timeout=30) != 0 and not _on_host(hosts, 1, token)
+    finally:
+        if sleeper.poll() is None:
+            os.killpg(sleeper.pid, signal.SIGKILL)
+
+
+def _on_host(hosts: dict, node: int, token: str) -> bool:
+    namespace = _holder_namespace(hosts["DLSCALE_NETNS_PREFIX"], node)
+    for entry in Path("/proc").iterdir():
+        try:
+            if f"DLSCALE_RUN_TOKEN={token}".encode() in (entry / "environ").read_bytes().split(b"\0") \
+                    and os.readlink(entry / "ns" / "pid") == namespace:
+                return True
+        except OSError:
+            continue
+    return False
