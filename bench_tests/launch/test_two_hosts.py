@@ -180,5 +180,16 @@ def test_a_wrong_interface_setting_fails_the_cell_with_its_name(hosts, tmp_path)
 
 
 def _pids_in(namespace: str) -> list[str]:
+    """Processes in a host's network namespace, but for the host's init (ci/netns.sh) and its parent."""
     out = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
-    return out.stdout.split()
+    return [pid for pid in out.stdout.split() if pid not in _host_init(namespace)]
+
+
+def _host_init(namespace: str) -> set[str]:
+    try:
+        init = Path(f"/run/netns/{namespace}.init").read_text().strip()
+        status = Path(f"/proc/{init}/status").read_text()
+    except OSError:
+        return set()
+    parent = next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
+    return {init, parent}
