@@ -97,6 +97,7 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
         "ranks": len(records),
         "device": _agreed(str(r.get("device", "")).split(":")[0] or None for r in records),
         "threads_per_rank": _agreed(r.get("threads") for r in records),
+        "cores_per_rank": _agreed(len(r["cores"]) if r.get("cores") else None for r in records),
     }
     if gpu:
         hardware["gpu"] = local.get("gpu")

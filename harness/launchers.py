@@ -31,6 +31,8 @@ class LaunchRequest:
     python: str = sys.executable
     token: str = ""
     """The run token every process of the launch carries (``DLSCALE_RUN_TOKEN``)."""
+    cores_per_rank: int | None = None
+    """CPU cells: cores each rank owns (harness.binding), bound by launchers that can."""
     export: tuple[str, ...] = ("MASTER_ADDR", "MASTER_PORT", "DLSCALE_RUN_TOKEN", "PYTHONPATH", "PYTHONUNBUFFERED")
     """Variables a launcher that does not forward the whole environment must pass on."""
 
@@ -150,6 +152,8 @@ class SrunLauncher(Launcher):
         job = allocation.from_env(slurm_env)
         version = self.version or (installed_slurm_version() if job else None)
         step = allocation.srun_step_options(job, request.ranks, version)
+        if request.cores_per_rank:
+            step += [f"--cpus-per-task={request.cores_per_rank}", "--cpu-bind=cores"]
         return self._with_environment(["srun", f"--ntasks={request.ranks}", *step, "--kill-on-bad-exit=1",
                                        f"--job-name={request.job_name}", request.python, "-m", request.module,
                                        *request.args])
@@ -174,7 +178,11 @@ class MpirunLauncher(Launcher):
     executable = "mpirun"
 
     def command(self, request: LaunchRequest) -> list[str]:
-        command = ["mpirun", "-np", str(request.ranks), "--bind-to", "none"]
+        if request.cores_per_rank:
+            binding = ["--map-by", f"slot:PE={request.cores_per_rank}", "--bind-to", "core"]
+        else:
+            binding = ["--bind-to", "none"]
+        command = ["mpirun", "-np", str(request.ranks), *binding]
         if os.geteuid() == 0:
             command.append("--allow-run-as-root")
         for name in dict.fromkeys([*request.export, *self.environment]):

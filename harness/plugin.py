@@ -53,6 +53,8 @@ OPTIONS = (
     ("--steps", "steps", "timed steps per cell (overrides the profile)", int),
     ("--warmup-steps", "warmup_steps", "untimed warm-up steps per cell (overrides the profile)", int),
     ("--num-workers", "num_workers", "DataLoader workers per rank (overrides the profile)", int),
+    ("--cores-per-rank", "cores_per_rank", "CPU cells: cores each rank owns, bound by the launcher or the rank "
+                                           "(default: the node's cores over the most ranks a cell puts on it)", int),
     ("--cell-timeout", "cell_timeout", "seconds a cell may take in all (default 900)", float),
     ("--precision", "precision", "target relative half-width of each cell's 95% throughput interval; a cell "
                                  "is launched again until it gets there (default 0.02)", float),

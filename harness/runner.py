@@ -150,7 +150,7 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     master_addr = master_addr or launcher.rendezvous_host()
     request = LaunchRequest(ranks=cell.ranks, module="harness.worker", args=(str(spec_path.resolve()),),
                             job_name=f"dlscale-{cell.id}-{token[:8]}", master_port=free_port(),
-                            master_addr=master_addr, token=token)
+                            master_addr=master_addr, token=token, cores_per_rank=spec.get("cores_per_rank"))
     command = launcher.command(request)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_PORT=str(request.master_port), **{TOKEN_VARIABLE: token})
     if master_addr:

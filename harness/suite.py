@@ -25,6 +25,7 @@ from .history import make_row
 from .history import read as read_history
 from .interrupts import INTERRUPTS
 from .jsonio import write_json_atomic
+from . import allocation
 from .allocation import launch_environment
 from .launchers import LAUNCHERS, Launcher, default_launcher_name
 from .frameworks import FRAMEWORKS
@@ -53,7 +54,7 @@ class SuiteError(ValueError):
 DEFAULT_MEASURE_BUDGET_S = 45.0
 DEVICES = ("auto", "cpu", "cuda")
 AT_LEAST = {"image_size": 1, "batch_size": 1, "steps": 1, "warmup_steps": 0, "num_workers": 0, "repeat": 1,
-            "measure_budget": 0}
+            "measure_budget": 0, "cores_per_rank": 1}
 ABOVE_ZERO = ("precision", "widest_baseline", "cell_timeout", "hang_timeout")
 
 
@@ -78,6 +79,9 @@ class SuiteOptions:
     steps: int | None = None
     warmup_steps: int | None = None
     num_workers: int | None = None
+    cores_per_rank: int | None = None
+    """CPU cells: cores each rank owns (harness.binding); None: the node's cores over the largest
+    number of ranks a cell of the session puts on one node."""
     cell_timeout: float | None = None
     hang_timeout: float | None = None
     precision: float = 0.02
@@ -333,6 +337,7 @@ class Suite:
         self._check_baseline_cells()
         self._check_history()
         self._workload = self.workload()
+        self.cores_per_rank = self._cores_per_rank()
         self._provenance = provenance(REPO)
         self._environment = capture_environment()
         self.run_id = uuid.uuid4().hex[:12]
@@ -349,6 +354,25 @@ class Suite:
         largest = max(self.matrix.ranks)
         if largest > capacity:
             raise SuiteError(f"--gpus {self.options.gpus}: {largest} ranks asked for, but {where}")
+
+    def _cores_per_rank(self) -> int | None:
+        """Cores each rank of a CPU cell owns: ``--cores-per-rank``, else the node's cores over the
+        most ranks a cell of this session puts on one node; None for GPU cells (a rank owns its
+        GPU) and where the ranks outnumber the cores (then they share them, and say so)."""
+        if self.uses_gpus:
+            return None
+        job = allocation.from_env(os.environ)
+        node_cores = min(job.cpus_per_node) if job and job.cpus_per_node else len(os.sched_getaffinity(0))
+        capacity = self._rank_capacity()[0]
+        largest = max((ranks for ranks in self.matrix.ranks if ranks <= capacity), default=1)
+        per_node = math.ceil(largest / (job.nodes if job else 1))
+        asked = self.options.cores_per_rank
+        if asked is not None:
+            if asked * per_node > node_cores:
+                raise SuiteError(f"--cores-per-rank {asked}: the largest cell puts {per_node} rank(s) on a node of "
+                                 f"{node_cores} core(s), which holds at most {node_cores // per_node} per rank")
+            return asked
+        return node_cores // per_node if per_node <= node_cores else None
 
     def _check_writable_places(self) -> None:
         """Everything the session will write must be writable before the first cell, not after it."""
@@ -421,8 +445,7 @@ class Suite:
         try:
             while True:
                 run = run_cell(cell, self._workload, self.launcher, workdir=self.options.workdir,
-                               limits=self.limits, spec_extra={"device": self.options.device},
-                               on_progress=on_progress)
+                               limits=self.limits, spec_extra=self._spec_extra(), on_progress=on_progress)
                 with INTERRUPTS.protect(raise_pending=False):  # a judged launch is kept whole
                     result.runs.append(run)
                     if run.ok:
@@ -440,6 +463,12 @@ class Suite:
             with INTERRUPTS.protect():
                 self._record(result)
         return result
+
+    def _spec_extra(self) -> dict:
+        extra = {"device": self.options.device}
+        if self.cores_per_rank:
+            extra["cores_per_rank"] = self.cores_per_rank
+        return extra
 
     def _measured_enough(self, result: CellResult, started: float, last_wall_s: float) -> bool:
         precise = not needs_more_samples(result.throughput, self.options.precision)
@@ -578,6 +607,7 @@ class Suite:
     def results_document(self) -> dict:
         return {
             "system": getattr(self, "system", None), "launcher": self.launcher_name, "run_id": self.run_id,
+            "cores_per_rank": getattr(self, "cores_per_rank", None),
             "workload": dataclasses.asdict(self._workload) if self._prepared else None,
             "provenance": self._provenance, "environment": self._environment,
             "launch_environment": self.launch_environment,

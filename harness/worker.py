@@ -71,6 +71,7 @@ def threads_for(rank: RankInfo, requested: int | None) -> int:
 def run(spec: dict, rank: RankInfo, progress) -> dict:
     import torch
 
+    from .binding import bind
     from .cells import Cell, Workload
     from .faults import Fault, with_fault, with_fault_batches
     from .frameworks import FRAMEWORKS
@@ -85,7 +86,8 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
     if cell.ranks != rank.world_size:
         raise RuntimeError(f"cell {cell.id} wants {cell.ranks} ranks but the launcher started {rank.world_size}")
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master_addr, str(rank.master_port)
-    threads = threads_for(rank, spec.get("threads_per_rank"))
+    cores = bind(rank.local_rank, spec["cores_per_rank"]) if spec.get("cores_per_rank") else None
+    threads = len(cores) if cores else threads_for(rank, spec.get("threads_per_rank"))
     torch.set_num_threads(threads)
     torch.manual_seed(workload.seed)
     device = pick_device(spec.get("device", "auto"), rank)
@@ -131,6 +133,7 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
         "pid": os.getpid(),
         "device": str(device),
         "threads": threads,
+        **({"cores": cores} if cores else {}),
         # as this rank sees them: a launcher that drops the site's settings shows here
         "launch_environment": {name: os.environ.get(name) for name in spec.get("launch_environment", ())},
         "framework_settings": framework_settings,

@@ -39,3 +39,33 @@ def test_a_relative_directory_is_checked_from_the_working_directory(tmp_path, mo
     (tmp_path / "file").write_text("x")
     assert unwritable(os.path.join("file", "results")) == f"{tmp_path / 'file'} is not a directory"
     assert unwritable("results") is None
+
+
+@pytest.mark.parametrize("gpus, asked, expected", [
+    ("1,2", None, 2),   # 4 cores, at most 2 ranks on the node: 2 each, in every cell
+    ("1,2,4", None, 1),
+    ("1,2", 1, 1),
+    ("8", None, None),  # more ranks than cores: they share, unbound
+])
+def test_cpu_ranks_own_the_same_cores_in_every_cell(monkeypatch, gpus, asked, expected):
+    from harness.suite import Suite
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_JOBID", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    suite = Suite(SuiteOptions(device="cpu", gpus=gpus, frameworks="ddp", loaders="synthetic", cores_per_rank=asked))
+    suite._capacity = (8, "a test machine")
+    assert suite._cores_per_rank() == expected
+
+
+def test_more_cores_per_rank_than_the_node_holds_is_an_error(monkeypatch):
+    from harness.suite import Suite
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_JOBID", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    suite = Suite(SuiteOptions(device="cpu", gpus="1,2", frameworks="ddp", loaders="synthetic", cores_per_rank=3))
+    suite._capacity = (8, "a test machine")
+    with pytest.raises(SuiteError, match=r"--cores-per-rank 3: the largest cell puts 2 rank\(s\) on a node of 4 "
+                                         r"core\(s\), which holds at most 2 per rank"):
+        suite._cores_per_rank()
