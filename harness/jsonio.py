@@ -10,10 +10,13 @@ from typing import Any
 from .interrupts import INTERRUPTS
 
 
+TEMPORARY_SUFFIX = ".tmp"
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     path = Path(path)
     with INTERRUPTS.writing():
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX)
         try:
             os.fchmod(handle, _mode_of(path))
             with os.fdopen(handle, "w") as stream:
@@ -37,3 +40,18 @@ def _mode_of(path: Path) -> int:
         return path.stat().st_mode & 0o777
     except FileNotFoundError:
         return 0o644
+
+
+def remove_orphaned_temporaries(directory: Path) -> list[Path]:
+    """Remove the temporary files that writers killed mid-write left in ``directory`` (a process
+    SIGKILLed between creating its temporary file and renaming it cannot remove it itself). Only
+    for a directory whose writers are known to be gone, such as a cell's after its processes
+    were ended."""
+    removed = []
+    for temporary in Path(directory).glob(f".*.json.*{TEMPORARY_SUFFIX}"):
+        try:
+            temporary.unlink()
+            removed.append(temporary)
+        except FileNotFoundError:
+            continue
+    return removed

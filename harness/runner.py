@@ -16,7 +16,7 @@ from typing import Callable
 
 from .cells import AccuracyCell, Cell, Workload
 from .interrupts import INTERRUPTS
-from .jsonio import write_json_atomic
+from .jsonio import remove_orphaned_temporaries, write_json_atomic
 from .launchers import Launcher, LaunchRequest
 from .procs import TOKEN_VARIABLE, kill_processes_with_token
 
@@ -111,17 +111,19 @@ def _kill_at_once(process: subprocess.Popen, token: str) -> None:
 
 
 def _end(process: subprocess.Popen, token: str, launcher: Launcher, request: LaunchRequest,
-         limits: RunLimits) -> tuple[list[int], dict[str, list[int]], str | None]:
+         limits: RunLimits, outdir: Path) -> tuple[list[int], dict[str, list[int]], str | None]:
     """End the launch and everything it started, on this node and (through the launcher) on the
-    others: the pids the sweeps still found alive here and elsewhere, and why the other nodes could
-    not be checked, if so."""
+    others, and remove what its killed ranks left half-written in ``outdir``: the pids the sweeps
+    still found alive here and elsewhere, and why the other nodes could not be checked, if so."""
     if process.poll() is None:
         _terminate(process, limits.terminate_grace_s)
     orphans = kill_processes_with_token(token)
     try:
-        return orphans, launcher.cleanup(request), None
-    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
-        return orphans, {}, f"clean-up of the other nodes: {error}"
+        elsewhere, error = launcher.cleanup(request), None
+    except (OSError, RuntimeError, subprocess.SubprocessError) as failure:
+        elsewhere, error = {}, f"clean-up of the other nodes: {failure}"
+    remove_orphaned_temporaries(outdir)  # a rank killed mid-write cannot remove its temporary file
+    return orphans, elsewhere, error
 
 
 def _describe_errors(errors: list[dict]) -> str:
@@ -172,9 +174,9 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
             try:
                 status, error = _watch(process, cell, outdir, limits, started, on_progress)
             except BaseException:
-                _end(process, token, launcher, request, limits)
+                _end(process, token, launcher, request, limits, outdir)
                 raise
-            orphans, orphans_elsewhere, cleanup_error = _end(process, token, launcher, request, limits)
+            orphans, orphans_elsewhere, cleanup_error = _end(process, token, launcher, request, limits, outdir)
     wall = time.monotonic() - started
 
     records = _read_all(outdir, "record-*.json")
