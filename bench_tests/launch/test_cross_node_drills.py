@@ -13,13 +13,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from .test_drills import last_progress, report
+from .test_drills import Sampler, last_progress, report
 from .test_two_hosts import NETNS, hosts, two_node_slurm  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.launch
@@ -27,44 +26,31 @@ REPO = Path(__file__).resolve().parents[2]
 TOKEN = b"DLSCALE_RUN_TOKEN="
 
 
-class NodeWatch:
-    """Ten times a second: every process carrying a run token, by token and by the host whose PID
-    namespace it lives in, with the rank of each worker."""
+class NodeWatch(Sampler):
+    """Every process carrying a run token, by token and by the host whose PID namespace it lives
+    in, with the rank of each worker."""
 
     def __init__(self, namespaces: dict[str, str]):
+        super().__init__()
         self.namespaces = namespaces
         """PID namespace (as /proc/PID/ns/pid reads) -> host name."""
         self.seen: dict[tuple[str, int], dict] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self):
-        while not self._stop.is_set():
-            now = time.time()
-            for entry in Path("/proc").iterdir():
-                if not entry.name.isdigit():
-                    continue
-                try:
-                    environ = (entry / "environ").read_bytes().split(b"\0")
-                    namespace = os.readlink(entry / "ns" / "pid")
-                except OSError:
-                    continue
-                token = next((item[len(TOKEN):].decode() for item in environ if item.startswith(TOKEN)), None)
-                if token is None or namespace not in self.namespaces:
-                    continue
-                pid = int(entry.name)
-                process = self.seen.setdefault((token, pid), {"node": self.namespaces[namespace], "first": now,
-                                                              "rank": _rank_of(entry, environ)})
-                process["last"] = now
-            self._stop.wait(0.1)
+    def sample(self, now: float) -> None:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
+                namespace = os.readlink(entry / "ns" / "pid")
+            except OSError:
+                continue
+            token = next((item[len(TOKEN):].decode() for item in environ if item.startswith(TOKEN)), None)
+            if token is None or namespace not in self.namespaces:
+                continue
+            process = self.seen.setdefault((token, int(entry.name)), {"node": self.namespaces[namespace], "first": now,
+                                                                      "rank": _rank_of(entry, environ)})
+            process["last"] = now
 
     def of(self, token: str) -> list[dict]:
         return [process for (seen_token, _), process in self.seen.items() if seen_token == token]

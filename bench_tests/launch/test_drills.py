@@ -57,17 +57,40 @@ def pids_with(needle: bytes, where: str = "environ") -> list[int]:
     return found
 
 
-class Watch:
-    """Samples, ten times a second, which processes of one cell are alive (by the cell's spec path
-    on their command line) and which rank each worker is; and when the runner decided the cell was
-    over (its first SIGTERM to the launcher, or its orphan sweep)."""
+class Sampler:
+    """Calls ``sample(now)`` ten times a second while it is entered, on a thread of its own."""
+
+    def __init__(self):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.sample(time.time())
+            self._stop.wait(0.1)
+
+    def sample(self, now: float) -> None:
+        raise NotImplementedError
+
+
+class Watch(Sampler):
+    """Samples which processes of one cell are alive (by the cell's spec path on their command
+    line) and which rank each worker is; and when the runner decided the cell was over (its first
+    SIGTERM to the launcher, or its orphan sweep)."""
 
     def __init__(self, spec_path: Path, monkeypatch):
+        super().__init__()
         self.needle = str(spec_path).encode()
         self.seen: dict[int, dict] = {}
         self.decided: float | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
         for name in ("_terminate", "kill_processes_with_token"):
             original = getattr(harness.runner, name)
             monkeypatch.setattr(harness.runner, name, self._marking(original))
@@ -78,21 +101,10 @@ class Watch:
             return function(*args, **kwargs)
         return marked
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self):
-        while not self._stop.is_set():
-            now = time.time()
-            for pid in pids_with(self.needle, "cmdline"):
-                entry = self.seen.setdefault(pid, {"first": now, "rank": _rank_of(pid)})
-                entry["last"] = now
-            self._stop.wait(0.1)
+    def sample(self, now: float) -> None:
+        for pid in pids_with(self.needle, "cmdline"):
+            entry = self.seen.setdefault(pid, {"first": now, "rank": _rank_of(pid)})
+            entry["last"] = now
 
     def worker_last_seen(self, rank: int) -> float:
         return max(e["last"] for e in self.seen.values() if e["rank"] == rank)
