@@ -107,12 +107,17 @@ def sweep_allocation_nodes(request: LaunchRequest, timeout_s: float = 60) -> dic
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"the sweep of the allocation's {job.nodes} nodes did not answer in {timeout_s:.0f} s") from None
     by_node: dict[str, list[int]] = {}
+    alive: dict[str, list[int]] = {}
     for line in done.stdout.splitlines():
         try:
             swept = json.loads(line)
             by_node[swept["host"]] = swept["killed"]
+            alive[swept["host"]] = swept["left"]
         except (ValueError, KeyError, TypeError):
             continue
+    if any(alive.values()):
+        raise RuntimeError("processes of the cell outlived SIGKILL: "
+                           + "; ".join(f"{host}: pids {pids}" for host, pids in alive.items() if pids))
     if len(by_node) < job.nodes:
         raise RuntimeError(f"the sweep of the allocation's {job.nodes} nodes heard from {sorted(by_node) or 'none'}: "
                            f"{(done.stderr or done.stdout).strip()[-500:]}")

@@ -79,6 +79,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="record the completed cells' figures as the system's new baselines")
     group.addoption("--launch-env", dest="dlscale_launch_env", action="append", default=[], metavar="NAME=VALUE",
                     help="a variable every rank gets, over --launch-env-file (repeatable)")
+    group.addoption("--accept-regressions", dest="dlscale_accept_regressions", action="store_true",
+                    help="with --update-baselines, record cells judged fail too (a slowdown you accept)")
     group.addoption("--strict-verdicts", dest="dlscale_strict", action="store_true",
                     help="fail a cell that could not be judged: no baseline, a stale one, or another machine's "
                          "(the nightly recipe sets it)")
@@ -106,6 +108,7 @@ def pytest_configure(config: pytest.Config) -> None:
         values["history_dir"] = None
     values["launch_env"] = tuple(config.getoption("dlscale_launch_env"))
     values["yardstick"] = not config.getoption("dlscale_no_yardstick")
+    values["accept_regressions"] = config.getoption("dlscale_accept_regressions")
     try:
         config.stash[SUITE_KEY] = Suite(SuiteOptions(update_baselines=config.getoption("dlscale_update_baselines"),
                                                      **values))

@@ -95,6 +95,8 @@ class SuiteOptions:
     widest_baseline: float = 0.10
     """Relative half-width of a measured interval beyond which ``--update-baselines`` keeps the
     old baseline: a reference that uncertain cannot place a band of 5-15%."""
+    accept_regressions: bool = False
+    """``--update-baselines`` records a cell judged ``fail`` too (a slowdown the site accepts)."""
     yardstick: bool = True
     """Judge a CPU cell's throughput normalised to its baseline's machine speed (harness.yardstick);
     False judges it as measured, e.g. to check the machine itself."""
@@ -170,6 +172,7 @@ class CellResult:
             "cpu_wait_share": self.cpu_wait_share,
             "contended_runs": self.contended_runs, "stack_changes": self.stack_changes,
             "orphans_killed": [pid for run in self.runs for pid in run.orphans_killed],
+            "orphans_elsewhere": {host: pids for run in self.runs for host, pids in run.orphans_elsewhere.items() if pids},
             "records": self.records or self.run.records,
         }
 
@@ -629,6 +632,12 @@ class Suite:
         for cell, results in by_cell.items():
             if not all(r.ok for r in results):
                 continue  # a cell that failed in any repeat keeps its old baseline
+            regressed = [r for r in results if any(v.failed for v in r.verdicts)]
+            if regressed and not self.options.accept_regressions:
+                self.baselines_kept.append(f"{cell.id}: judged fail against its baseline "
+                                           f"({'; '.join(v.message for v in regressed[0].verdicts if v.failed)}); "
+                                           "--accept-regressions records it anyway")
+                continue
             too_wide = too_uncertain_to_record(results, self.options.widest_baseline)
             if too_wide:
                 self.baselines_kept.append(f"{cell.id}: {too_wide}; measure it again on a quiet node or with a "

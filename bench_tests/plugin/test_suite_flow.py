@@ -85,6 +85,22 @@ def test_a_throughput_far_below_the_baseline_fails_the_cell(suite):
     result.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1 regressed: throughput*(band -10%)*whole interval below*"])
 
 
+def test_a_cell_judged_fail_is_recorded_only_when_the_regression_is_accepted(suite):
+    suite.baseline_file.parent.mkdir()
+    old = {"schema_version": 1, "cells": {
+        "ddp-synthetic-resnet50-g1": {"throughput": {"value": 1e6, "lower": -0.1, "upper": 0.1, "unit": "img/s"}}}}
+    suite.baseline_file.write_text(json.dumps(old))
+    refused = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines")
+    refused.assert_outcomes(failed=1)
+    refused.stdout.fnmatch_lines(["*not recorded, old baseline kept (1 cell(s)):*",
+                                  "*ddp-synthetic-resnet50-g1: judged fail against its baseline*"
+                                  "--accept-regressions records it anyway*"])
+    assert json.loads(suite.baseline_file.read_text()) == old
+    accepted = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines", "--accept-regressions")
+    accepted.assert_outcomes(failed=1)  # still a regression: recording it does not make it pass
+    assert json.loads(suite.baseline_file.read_text())["cells"]["ddp-synthetic-resnet50-g1"]["throughput"]["value"] < 1e6
+
+
 def test_another_machine_and_a_software_upgrade(suite, pytester):
     """A baseline whose yardstick ran 3x slower is another machine's: not judged, never a
     regression (a failure only with --strict-verdicts). One with another torch on this machine is
