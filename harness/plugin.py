@@ -191,17 +191,19 @@ class Measure:
         self.suite = config.stash[SUITE_KEY]
 
     def check(self, cell) -> None:
-        for _ in range(self.suite.options.repeat):
+        failing = []
+        for repeat in range(self.suite.options.repeat):  # every repeat is judged
             result = self.suite.measure(cell, on_progress=_Progress(self.config))
             self.node.user_properties.extend(junit_properties(result.to_json()))  # figures in --junitxml
             if not result.ok:
                 pytest.fail(f"{cell.id} {result.run.status} under {result.run.launcher}:\n{result.run.error}",
                             pytrace=False)
+            where = f" (repeat {repeat + 1})" if self.suite.options.repeat > 1 else ""
+            failing += [v.message + where for v in result.verdicts if v.failed]
+        if failing and not self.suite.options.accept_regressions:
+            pytest.fail(f"{cell.id} regressed: " + "; ".join(failing), pytrace=False)
         if self.suite.options.update_baselines:
             return
-        failing = [v.message for v in result.verdicts if v.failed]
-        if failing:
-            pytest.fail(f"{cell.id} regressed: " + "; ".join(failing), pytrace=False)
         if self.config.getoption("dlscale_strict") and result.verdict in UNJUDGED:
             pytest.fail(f"{cell.id} {result.verdict} (--strict-verdicts): "
                         + "; ".join(v.message for v in result.verdicts if v.kind in UNJUDGED), pytrace=False)
