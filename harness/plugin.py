@@ -299,9 +299,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         config.stash[INTERRUPT_TOLD_KEY] = True
 
 
+def _cores_words(suite: Suite) -> str:
+    if suite.uses_gpus:
+        return ""
+    cores = getattr(suite, "cores_per_rank", None)
+    if cores:
+        return f", {cores} core(s) per rank"
+    return ", ranks share the node's cores (more ranks than cores: E_G's ideal is below 1)"
+
+
 def _write_summary(terminalreporter, suite: Suite) -> None:
     terminalreporter.section("dlscale summary")
-    terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, baselines {suite.baselines.path}")
+    terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, baselines {suite.baselines.path}"
+                                + _cores_words(suite))
     terminalreporter.write_line(format_table(suite.summary_rows()))
     counts = collections.Counter(result.verdict for result in suite.results)
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
