@@ -78,6 +78,12 @@ class Launcher(abc.ABC):
         return {}
 
 
+def with_harness_importable(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with this checkout's harness first on PYTHONPATH, for the processes a launch starts."""
+    harness_root = str(Path(__file__).resolve().parent.parent)
+    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [harness_root, env.get("PYTHONPATH")])))
+
+
 def inside_slurm_allocation(env=os.environ) -> bool:
     return "SLURM_JOB_ID" in env
 
@@ -86,24 +92,23 @@ def _spans_other_nodes(job: allocation.Allocation) -> bool:
     return job.nodes > 1 or (job.nodelist or "") not in ("", socket.gethostname(), socket.gethostname().split(".")[0])
 
 
-def sweep_allocation_nodes(request: LaunchRequest, timeout_s: float = 60) -> dict[str, list[int]]:
+def sweep_allocation_nodes(request: LaunchRequest, job: allocation.Allocation | None,
+                           timeout_s: float = 60) -> dict[str, list[int]]:
     """Inside a Slurm allocation that reaches beyond this node: one task on every node of it kills
     whatever still carries the launch's token (``python -m harness.procs sweep``). This node's
     /proc shows only this node's processes, so only such a step can see the others.
 
     The pids killed, by node; a node that could not be checked is named with the reason, so that
     a cell never passes as clean when it could not be looked at."""
-    job = allocation.from_env(os.environ)
     if job is None or not request.token or not _spans_other_nodes(job) or shutil.which("srun") is None:
         return {}
     version = installed_slurm_version()
     overlap = ["--overlap"] if version is None or version >= (20, 11) else []
-    harness_root = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [harness_root, os.environ.get("PYTHONPATH")])))
     command = ["srun", *overlap, f"--nodes={job.nodes}", f"--ntasks={job.nodes}", "--ntasks-per-node=1",
                f"--job-name={request.job_name}-sweep", request.python, "-m", "harness.procs", "sweep", request.token]
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(command, env=with_harness_importable(os.environ), capture_output=True, text=True,
+                              timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"the sweep of the allocation's {job.nodes} nodes did not answer in {timeout_s:.0f} s") from None
     by_node: dict[str, list[int]] = {}
@@ -152,9 +157,11 @@ class SrunLauncher(Launcher):
     def rendezvous_host(self) -> str | None:
         return None  # each rank reads the step's first node from SLURM_STEP_NODELIST
 
+    def _allocation(self) -> allocation.Allocation | None:
+        return allocation.from_env(os.environ if self.slurm_env is None else self.slurm_env)
+
     def command(self, request: LaunchRequest) -> list[str]:
-        slurm_env = os.environ if self.slurm_env is None else self.slurm_env
-        job = allocation.from_env(slurm_env)
+        job = self._allocation()
         version = self.version or (installed_slurm_version() if job else None)
         step = allocation.srun_step_options(job, request.ranks, version)
         if request.cores_per_rank:
@@ -169,13 +176,13 @@ class SrunLauncher(Launcher):
         # (an srun killed by a second Ctrl-C leaves its step running on the other nodes).
         if shutil.which("scancel") is None:
             return {}
-        job = allocation.from_env(os.environ)
+        job = self._allocation()
         if job is None:
             subprocess.run(["scancel", "--quiet", f"--name={request.job_name}"], timeout=30, check=False)
             return {}
         for step in _job_steps_named(job.job_id, request.job_name):
             subprocess.run(["scancel", "--quiet", step], timeout=30, check=False)
-        return sweep_allocation_nodes(request)
+        return sweep_allocation_nodes(request, job)
 
 
 class MpirunLauncher(Launcher):
@@ -197,7 +204,7 @@ class MpirunLauncher(Launcher):
     def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
         # SIGTERM to mpirun is Open MPI's own teardown (it ends its daemons and their ranks on
         # every node); inside a Slurm allocation every node is then checked.
-        return sweep_allocation_nodes(request)
+        return sweep_allocation_nodes(request, allocation.from_env(os.environ))
 
 
 class TorchrunLauncher(Launcher):

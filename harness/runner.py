@@ -17,7 +17,7 @@ from typing import Callable
 from .cells import AccuracyCell, Cell, Workload
 from .interrupts import INTERRUPTS
 from .jsonio import remove_orphaned_temporaries, write_json_atomic
-from .launchers import Launcher, LaunchRequest
+from .launchers import Launcher, LaunchRequest, with_harness_importable
 from .procs import TOKEN_VARIABLE, kill_processes_with_token
 
 ProgressFn = Callable[[str], None]
@@ -159,8 +159,7 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
         env["MASTER_ADDR"] = master_addr
     else:
         env.pop("MASTER_ADDR", None)
-    harness_root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [harness_root, env.get("PYTHONPATH")]))
+    env = with_harness_importable(env)
 
     log_path = outdir / "launcher.log"
     started = time.monotonic()

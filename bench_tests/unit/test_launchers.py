@@ -61,8 +61,9 @@ def test_the_other_nodes_are_swept_only_from_an_allocation_that_reaches_beyond_t
     request = dataclasses.replace(REQUEST, token="t0k3n")
     for name in ("SLURM_JOB_ID", "SLURM_JOBID"):
         monkeypatch.delenv(name, raising=False)
-    assert launchers.sweep_allocation_nodes(request) == {}  # outside an allocation
+    assert launchers.sweep_allocation_nodes(request, launchers.allocation.from_env(os.environ)) == {}  # outside
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
     monkeypatch.setenv("SLURM_JOB_NODELIST", socket.gethostname())
-    assert launchers.sweep_allocation_nodes(request) == {}  # an allocation of this node alone
+    alone = launchers.allocation.from_env(os.environ)
+    assert alone is not None and launchers.sweep_allocation_nodes(request, alone) == {}  # this node alone
