@@ -1,5 +1,6 @@
-"""Baseline files: ``baselines/<system>.json``, one entry per cell id. Reading, validating,
-judging a measurement against an entry, and rewriting a file atomically. Schema:
+"""Baseline files: ``baselines/<system>.json``, one entry per cell id. Reading, validating, the
+reference band of an entry's metric, and rewriting a file atomically (judging is
+:mod:`harness.judging`'s). Schema:
 ``baselines/README.md``."""
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from typing import Any, Mapping
 from .filelock import DEFAULT_TIMEOUT_S as DEFAULT_LOCK_TIMEOUT_S
 from .filelock import LockTimeout, locked
 from .jsonio import write_json_atomic
-from .stats import Estimate, verdict
-from .yardstick import normalise_estimate
+from .judging import Reference
 
 SCHEMA_VERSION = 1
 METRICS = {"throughput": "img/s", "efficiency": "", "accuracy": ""}
@@ -28,31 +28,6 @@ OPTIONAL_FIELDS = {"config_hash": str, "config": dict, "fingerprint": dict, "bre
 
 class BaselineError(ValueError):
     pass
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Reference:
-    """A reference value with a relative band, in the spirit of ReFrame's references."""
-
-    value: float
-    lower: float
-    """Relative lower edge, e.g. -0.1: fail below 0.9 x value."""
-    upper: float | None
-    """Relative upper edge: above it the verdict is "faster" (an improvement to record)."""
-    unit: str
-    defaulted: bool = False
-    """True when the file gave no band and :data:`DEFAULT_TOLERANCE` stands in."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Verdict:
-    kind: str
-    """"pass", "fail", "inconclusive", "faster", "no-baseline", "stale" or "machine-differs"."""
-    message: str
-
-    @property
-    def failed(self) -> bool:
-        return self.kind == "fail"
 
 
 def _number(value: Any) -> bool:
@@ -183,28 +158,3 @@ class BaselineFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.path, data)
         self.data = data
-
-
-def judge(measured: Estimate, reference: Reference | None, *, metric: str, machine_speed: float | None = None,
-          machine_drift: float = 0.0, raw_because: str = "") -> Verdict:
-    """Judge a measured interval against its reference band (higher is better): pass, fail,
-    inconclusive (the interval straddles the band's lower edge) or faster.
-
-    ``machine_speed``: the machine's speed now relative to the baseline's, by the yardstick; the
-    interval is then judged normalised to the baseline's machine speed, widened by ``machine_drift``
-    (the speed's change across the launch, :attr:`yardstick.Yardstick.drift`). ``raw_because``: why a
-    figure that could have been normalised was judged as measured, said in the verdict."""
-    if reference is None:
-        return Verdict(kind="no-baseline", message=f"no {metric} baseline")
-    judged = normalise_estimate(measured, machine_speed, machine_drift)
-    result = verdict(judged, reference.value, reference.lower, reference.upper)
-    note = " (default band: the baseline gives none)" if reference.defaulted else ""
-    relative = judged.value / reference.value - 1
-    if machine_speed is not None:
-        how = (f" normalised to the baseline's machine speed (machine {machine_speed - 1:+.1%} by the yardstick, "
-               f"{machine_drift:.1%} apart before and after the window; as measured "
-               f"{measured.value / reference.value - 1:+.1%})")
-    else:
-        how = f" as measured ({raw_because})" if raw_because else ""
-    return Verdict(kind=result.kind, message=f"{metric} {relative:+.1%}{how} against baseline {reference.value:.4g} "
-                                             f"(band {reference.lower:+.0%}): {result.message}{note}")

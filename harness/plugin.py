@@ -59,7 +59,7 @@ OPTIONS = (
     ("--precision", "precision", "target relative half-width of each cell's 95% throughput interval; a cell "
                                  "is launched again until it gets there (default 0.02)", float),
     ("--measure-budget", "measure_budget", "seconds a cell may spend in further launches for precision or a "
-                                           "clear verdict (default 45)", float),
+                                           "clear verdict (default 90)", float),
     ("--widest-baseline", "widest_baseline", "relative half-width of a cell's 95% interval beyond which "
                                              "--update-baselines keeps its old baseline (default 0.10)", float),
     ("--repeat", "repeat", "independent measurements per cell; with --update-baselines the band is derived "
