@@ -15,8 +15,8 @@ The order, first match wins for the cell as a whole:
 4. ``pass``, ``fail``, ``inconclusive``, ``faster`` for throughput (and efficiency): a CPU cell's
    throughput is judged both as measured and normalised by the yardstick, and only a verdict the
    two readings agree on stands (:func:`agreed`);
-5. a ``fail`` measured while other work took the cell's cores becomes ``inconclusive``
-   (:func:`harness.contention.distrust`).
+5. a ``fail`` measured while work outside the cell took its cores becomes ``inconclusive``; a
+   wait the cell's own processes caused does not (:func:`harness.contention.distrust`).
 """
 from __future__ import annotations
 
@@ -71,6 +71,8 @@ class Evidence:
     yardstick: Yardstick | None = None
     """``None`` for GPU cells: a CPU workload says nothing about a GPU's speed."""
     cpu_wait_share: float | None = None
+    outside_share: float | None = None
+    """Share of the ranks' own cores' time work outside the cell took (:mod:`harness.contention`)."""
     breakdown: CellBreakdown | None = None
 
 
@@ -169,7 +171,7 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
     if changes:
         verdicts = [dataclasses.replace(v, message=f"{v.message} [software changed since the baseline: "
                                                    f"{', '.join(changes)}]") for v in verdicts]
-    verdicts = [distrust(v, evidence.cpu_wait_share, baseline_wait) for v in verdicts]
+    verdicts = [distrust(v, evidence.cpu_wait_share, baseline_wait, evidence.outside_share) for v in verdicts]
     return Judgement(verdicts=verdicts, machine_speed=speed, stack_changes=changes)
 
 

@@ -6,7 +6,7 @@ import math
 import statistics
 from typing import Sequence
 
-from .contention import contended, wait_share
+from .contention import launch_contended
 from .stats import detect_warmup
 
 
@@ -51,7 +51,7 @@ def summarize(records: list[dict]) -> CellMetrics:
     )
 
 
-STEP_SERIES = ("step_times", "data_wait", "losses", "fwd_bwd", "optimizer", "cpu_wait")
+STEP_SERIES = ("step_times", "data_wait", "losses", "fwd_bwd", "optimizer", "cpu_wait", "outside_cpu")
 POOLED_SERIES = STEP_SERIES + ("compute_probe", "yardstick")
 
 
@@ -101,7 +101,7 @@ def pool_runs(runs: list[list[dict]]) -> list[dict]:
 def pool_uncontended(runs: Sequence[list[dict]], baseline_share: float | None) -> tuple[list[dict], int]:
     """Pool several launches' records (warm-up already dropped), leaving out the launches that were
     ``contended``, unless every one was; returns the pooled records and how many were left out."""
-    quiet = [records for records in runs if not contended(wait_share(records), baseline_share)]
+    quiet = [records for records in runs if not launch_contended(records, baseline_share)]
     return pool_runs(quiet or list(runs)), (len(runs) - len(quiet) if quiet else 0)
 
 

@@ -157,6 +157,7 @@ class Rerun:
     launches: int
     contended_launches: int
     cpu_wait_share: float | None
+    outside_share: float | None
     wall_s: float
 
     @classmethod
@@ -165,6 +166,7 @@ class Rerun:
                    message="; ".join(v.message for v in result.verdicts) or (result.run.error or result.run.status),
                    throughput=result.throughput, machine_speed=result.machine_speed, launches=len(result.runs),
                    contended_launches=result.contended_runs, cpu_wait_share=result.cpu_wait_share,
+                   outside_share=result.outside_share,
                    wall_s=sum(run.wall_s for run in result.runs))
 
     @property
@@ -332,6 +334,8 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
         seen = f"machine {rerun.machine_speed - 1:+.1%}" if rerun.machine_speed else "machine -"
         if rerun.cpu_wait_share is not None:
             seen += f", cpu wait {rerun.cpu_wait_share:.1%}"
+        if rerun.outside_share is not None:
+            seen += f", outside work {rerun.outside_share:.1%}"
         change = f" ({rerun.throughput.value / reference.value - 1:+.1%} as measured)" if rerun.throughput else ""
         say(f"rerun {index + 1}/{len(order)} {regression.name}{' with a neighbour' if neighbour else ''}: "
             f"{_interval(rerun.throughput) if rerun.throughput else 'no figure'}{change}, {seen}, "

@@ -56,7 +56,10 @@ class Estimate:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Verdict:
+class BandVerdict:
+    """Where an interval lies against a band (:func:`verdict`); a cell's verdicts are
+    :class:`harness.judging.Verdict`."""
+
     kind: Literal["pass", "fail", "inconclusive", "faster"]
     """``faster``: better than the band's improvement edge; a pass that asks for a new baseline."""
     message: str
@@ -221,7 +224,7 @@ def verdict(
     upper_rel: float | None = None,
     *,
     higher_is_better: bool = True,
-) -> Verdict:
+) -> BandVerdict:
     """Judge an interval against a ReFrame-style band ``[reference*(1+lower_rel), reference*(1+upper_rel)]``.
 
     ``lower_rel <= 0 <= upper_rel``. For a higher-is-better metric (throughput, efficiency) the
@@ -255,19 +258,19 @@ def verdict(
     worse, better = ("below", "above") if higher_is_better else ("above", "below")
 
     if measured.too_few_samples:
-        return Verdict(kind="inconclusive", message=f"{interval}: too few samples for an interval")
+        return BandVerdict(kind="inconclusive", message=f"{interval}: too few samples for an interval")
     if high < sign * bad_edge:
-        return Verdict(
+        return BandVerdict(
             kind="fail", message=f"{interval}: whole interval {worse} the band's edge {bad_edge:.4g}"
         )
     if good_edge is not None and low > sign * good_edge:
-        return Verdict(
+        return BandVerdict(
             kind="faster",
             message=f"{interval}: whole interval {better} {good_edge:.4g}, better than baseline: update?",
         )
     if low >= sign * bad_edge:
-        return Verdict(kind="pass", message=f"{interval}: whole interval within the band's edge {bad_edge:.4g}")
-    return Verdict(
+        return BandVerdict(kind="pass", message=f"{interval}: whole interval within the band's edge {bad_edge:.4g}")
+    return BandVerdict(
         kind="inconclusive",
         message=f"{interval}: interval straddles the band's edge {bad_edge:.4g}; measure longer",
     )

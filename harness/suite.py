@@ -16,7 +16,7 @@ from .baselines import BaselineFile
 from .cells import (DEFAULT_MATRIX, PROFILES, AccuracyCell, AccuracySettings, Cell, Matrix, Workload,
                     accuracy_cells, check_name, parse_cell_id, parse_names, parse_ranks)
 from .breakdown import CellBreakdown, cell_breakdown, has_breakdown
-from .contention import wait_share
+from .contention import outside_share, wait_share
 from .dataset import DatasetError, ensure, validate_image_folder
 from .environment import capture as capture_environment
 from .fingerprint import fingerprint, fingerprint_hash
@@ -140,6 +140,8 @@ class CellResult:
     """The machine's speed relative to the baseline's, when the throughput was judged normalised."""
     cpu_wait_share: float | None = None
     """The largest share of its window a rank's threads waited for a CPU (harness.contention)."""
+    outside_share: float | None = None
+    """The largest share of a rank's own cores' time that work outside the cell took."""
     contended_runs: int = 0
     """Launches left out of the pooled samples because other work competed for the cores."""
     stack_changes: list[str] = dataclasses.field(default_factory=list)
@@ -171,7 +173,7 @@ class CellResult:
             "config_hash": self.config_hash, "fingerprint": self.fingerprint,
             "breakdown": self.breakdown.to_json() if self.breakdown else None,
             "yardstick": self.yardstick.to_json() if self.yardstick else None, "machine_speed": self.machine_speed,
-            "cpu_wait_share": self.cpu_wait_share,
+            "cpu_wait_share": self.cpu_wait_share, "outside_share": self.outside_share,
             "contended_runs": self.contended_runs, "stack_changes": self.stack_changes,
             "orphans_killed": [pid for run in self.runs for pid in run.orphans_killed],
             "orphans_elsewhere": {host: pids for run in self.runs for host, pids in run.orphans_elsewhere.items() if pids},
@@ -515,6 +517,7 @@ class Suite:
         result.breakdown = cell_breakdown(result.records) if has_breakdown(result.records) else None
         result.yardstick = from_records(result.records)
         result.cpu_wait_share = wait_share(result.records)
+        result.outside_share = outside_share(result.records)
         result.throughput = throughput_interval(*self._samples(result))
         result.efficiency, result.efficiency_source = self._efficiency(result)
         result.verdicts = self._judge(result)
@@ -546,7 +549,8 @@ class Suite:
                             config=dataclasses.asdict(self._workload), throughput=result.throughput,
                             efficiency=result.efficiency, efficiency_source=result.efficiency_source,
                             fingerprint=result.fingerprint, yardstick=result.yardstick,
-                            cpu_wait_share=result.cpu_wait_share, breakdown=result.breakdown)
+                            cpu_wait_share=result.cpu_wait_share, outside_share=result.outside_share,
+                            breakdown=result.breakdown)
         references = {metric: self.baselines.reference(result.cell.id, metric) for metric in ("throughput", "efficiency")}
         judgement = judge_cell(evidence, self.baselines.entry(result.cell.id), references,
                                use_yardstick=self.options.yardstick, baseline_path=str(self.baselines.path),

@@ -4,7 +4,8 @@ Each timed step is timed in three back-to-back parts, each ending at a device sy
 the wait for the batch (``data_wait``), the adapter's ``forward_backward`` (``fwd_bwd``: local
 compute plus whatever gradient communication it does not hide) and its ``optimizer_step``
 (``optimizer``). Between steps, outside their timing, the rank reads how long its threads waited
-for a CPU during the step (``cpu_wait``, :mod:`harness.contention`). A :class:`ComputeProbe` times
+for a CPU during the step (``cpu_wait``, :mod:`harness.contention`) and, on cores it owns, how much
+of their time work outside its process tree took (``outside_cpu``). A :class:`ComputeProbe` times
 forward+backward of a private copy of the model with no communication at all (``compute_probe``),
 before and after the timed window; harness.breakdown splits ``fwd_bwd`` into compute and exposed
 communication with it.
@@ -13,11 +14,11 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Collection, Iterable, Iterator
 
 import torch
 
-from .contention import runqueue_wait_s
+from .contention import OutsideWork, runqueue_wait_s
 from .frameworks.base import FrameworkAdapter, LossFn
 
 ProgressFn = Callable[[str, int, int], None]
@@ -83,13 +84,16 @@ def _probe(probe: ComputeProbe, batch, count: int, sync: Sync) -> list[float]:
 
 def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, steps: int,
           device: torch.device, progress: ProgressFn, probe: ComputeProbe | None = None,
-          probe_steps: int = PROBE_STEPS) -> dict:
+          probe_steps: int = PROBE_STEPS, own_cores: Collection[int] | None = None) -> dict:
     """Run ``warmup_steps`` untimed then ``steps`` timed training steps; return this rank's samples.
 
     With a ``probe``, ``probe_steps`` local compute probes run on the last warm-up batch just before
     the timed window and on the last timed batch just after it (outside ``window_s``), so that a
     drift in the machine's speed during the window shows as a spread of the probes. The probes never
     take a batch of their own: every step sees the batches it would see without them.
+
+    ``own_cores``: the cores this rank owns alone (bound to them), whose time taken by work outside
+    its process tree is recorded per step.
     """
     sync = device_sync(device)
     stream = iter(batches)
@@ -100,6 +104,8 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
     losses: list[torch.Tensor] = []
     probes: list[float] = []
     cpu_waits: list[float] = []
+    outside: list[float | None] = []
+    outside_work = None
     waited = None
     images_seen = 0
     batch = None
@@ -109,6 +115,7 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
                 probes += _probe(probe, batch, probe_steps, sync)
             adapter.barrier()  # every rank starts the timed window together
             waited = runqueue_wait_s()
+            outside_work = OutsideWork(own_cores) if own_cores else None
             window_start = time.perf_counter()
         for index in range(count):
             started = time.perf_counter()
@@ -134,6 +141,8 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
                         cpu_waits.clear()  # schedstat went away: record nothing rather than a part
                     else:
                         cpu_waits.append(waited - before)
+                if outside_work is not None:
+                    outside.append(outside_work.read())
             progress(phase, index + 1, count)
     window = time.perf_counter() - window_start
     samples = {
@@ -147,6 +156,8 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
     }
     if len(cpu_waits) == len(step_times):
         samples["cpu_wait"] = cpu_waits
+    if outside and None not in outside:
+        samples["outside_cpu"] = outside
     if probe is not None:
         if batch is not None:
             probes += _probe(probe, batch, probe_steps, sync)

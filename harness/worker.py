@@ -117,7 +117,7 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
                        if delay and delay.get("rank") in (None, rank.rank) else loader)
             batches = with_fault_batches(batches, progress)  # a 'slow' fault sleeps inside the timed steps
             samples = train(adapter, batches, warmup_steps=workload.warmup_steps, steps=workload.steps,
-                            device=device, progress=progress, probe=probe)
+                            device=device, progress=progress, probe=probe, own_cores=cores)
         finally:
             loader.close()
         framework_settings = adapter.settings()

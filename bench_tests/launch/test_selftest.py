@@ -45,7 +45,8 @@ def test_the_self_test_runs_end_to_end_in_small(tmp_path):
     assert report.reference.value > 0 and len(report.baseline) == 2
     assert [(row.regression.name, row.neighbour, row.runs, row.counts["other"]) for row in report.rows()] == [
         ("unchanged", False, 1, 0), ("unchanged", True, 1, 0), (slow.name, False, 1, 0)]
-    assert all(rerun.machine_speed and rerun.cpu_wait_share is not None for rerun in report.reruns)
+    assert all(rerun.machine_speed and rerun.cpu_wait_share is not None and rerun.outside_share is not None
+               for rerun in report.reruns)
     assert (tmp_path / "baselines" / "selftest.json").exists()
     text = format_report(report)
     assert "unchanged + neighbour" in text and "false alarms: " in text

@@ -67,7 +67,7 @@ def test_the_suite_it_builds_is_the_default_suite_on_one_series_with_the_regress
 def rerun(regression: Regression, verdict: str, value: float = 100.0, neighbour: bool = False) -> Rerun:
     return Rerun(regression=regression, neighbour=neighbour, verdict=verdict, message="", launches=1,
                  throughput=Estimate(value=value, low=value - 1, high=value + 1, n_steps=50), machine_speed=1.01,
-                 contended_launches=0, cpu_wait_share=0.01, wall_s=30.0)
+                 contended_launches=0, cpu_wait_share=0.01, outside_share=0.0, wall_s=30.0)
 
 
 def test_the_report_counts_the_suites_verdicts_and_rates():
