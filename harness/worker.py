@@ -71,7 +71,7 @@ def threads_for(rank: RankInfo, requested: int | None) -> int:
 def run(spec: dict, rank: RankInfo, progress) -> dict:
     import torch
 
-    from .binding import bind
+    from .binding import bind, bind_near_gpu
     from .cells import Cell, Workload
     from .faults import Fault, with_fault, with_fault_batches
     from .frameworks import FRAMEWORKS
@@ -86,11 +86,16 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
     if cell.ranks != rank.world_size:
         raise RuntimeError(f"cell {cell.id} wants {cell.ranks} ranks but the launcher started {rank.world_size}")
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master_addr, str(rank.master_port)
-    cores = bind(rank.local_rank, spec["cores_per_rank"]) if spec.get("cores_per_rank") else None
+    device = pick_device(spec.get("device", "auto"), rank)
+    if spec.get("cores_per_rank"):
+        cores = bind(rank.local_rank, spec["cores_per_rank"])
+    elif device.type == "cuda":
+        cores = bind_near_gpu(rank.local_rank, rank.local_world_size)
+    else:
+        cores = None
     threads = len(cores) if cores else threads_for(rank, spec.get("threads_per_rank"))
     torch.set_num_threads(threads)
     torch.manual_seed(workload.seed)
-    device = pick_device(spec.get("device", "auto"), rank)
     fault = Fault(**spec["fault"]) if spec.get("fault") else None
     progress = with_fault(progress, fault, rank.rank)
     progress("setup", 0, 1)

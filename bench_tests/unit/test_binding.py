@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from harness.binding import cores_for
+from harness.binding import cores_for, cores_near_gpu, gpu_local_cores, parse_cpulist
 
 
 def test_each_local_rank_takes_its_own_block_of_the_allowed_cores():
@@ -37,3 +37,34 @@ def test_bind_pins_every_thread_and_sizes_the_thread_pools():
     allowed = sorted(os.sched_getaffinity(0))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == f"[{allowed[1]}] [({allowed[1]},)] 1"
+
+
+# A two-socket GPU node as sysfs describes it: GPUs 0 and 1 on socket 0 (cores 0-7), 2 and 3 on
+# socket 1 (cores 8-15).
+SOCKETS = [list(range(0, 8)), list(range(0, 8)), list(range(8, 16)), list(range(8, 16))]
+
+
+def test_a_gpu_rank_takes_its_share_of_the_cores_nearest_its_gpu():
+    allowed = range(16)
+    assert [cores_near_gpu(allowed, SOCKETS, rank) for rank in range(4)] == [
+        [0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    # two ranks on a four-GPU node: each has its socket to itself
+    assert cores_near_gpu(allowed, SOCKETS[1:3], 0) == list(range(0, 8))
+    assert cores_near_gpu(allowed, SOCKETS[1:3], 1) == list(range(8, 16))
+
+
+def test_a_gpu_rank_stays_as_started_where_its_cores_are_unknown_or_not_its_to_use():
+    assert cores_near_gpu(range(16), [None, SOCKETS[1]], 0) is None
+    assert cores_near_gpu(range(8, 16), SOCKETS[:2], 0) is None  # the launcher gave it the other socket
+    assert cores_near_gpu(range(16), [list(range(8))] * 16, 3) is None  # fewer local cores than ranks
+    # a launcher that bound the rank to part of its socket (srun --cpu-bind): the rank keeps that part
+    assert cores_near_gpu([4, 5, 6], SOCKETS[:2], 1) == [4, 5, 6]
+
+
+def test_the_cores_local_to_a_pci_device_come_from_sysfs(tmp_path):
+    device = tmp_path / "0000:c1:00.0"
+    device.mkdir()
+    (device / "local_cpulist").write_text("48-63,176-191\n")
+    assert gpu_local_cores(0, 0xC1, 0, sysfs=tmp_path) == [*range(48, 64), *range(176, 192)]
+    assert gpu_local_cores(0, 0xC2, 0, sysfs=tmp_path) is None
+    assert parse_cpulist("0-2,5") == [0, 1, 2, 5] and parse_cpulist("7") == [7]
