@@ -4,6 +4,7 @@ the summary table and the baseline update at the end of the session."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -12,8 +13,10 @@ import pytest
 
 from .baselines import BaselineError
 from .interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
+from .launchers import LAUNCHERS
 from .report import DEFAULT_COLLECTIVES, junit_properties, write_report
 from .sessiondir import expand, point_latest, session_name
+from .runner import RunLimits
 from .suite import Suite, SuiteError, SuiteOptions, format_table
 
 SUITE_KEY = pytest.StashKey[Suite]()
@@ -24,8 +27,8 @@ UNJUDGED = ("no-baseline", "stale", "machine-differs")
 """Verdicts of a cell that was measured but not judged; ``--strict-verdicts`` fails them."""
 OPTIONS = (
     # (flag, dest, help, type)
-    ("--launcher", "launcher", "srun, mpirun or torchrun (default: srun inside an allocation or when a Slurm "
-                               "cluster answers, else torchrun)", str),
+    ("--launcher", "launcher", f"{', '.join(LAUNCHERS.names())} (default: srun inside an allocation or when a "
+                               "Slurm cluster answers, else torchrun)", str),
     ("--gpus", "gpus", "comma-separated rank (GPU) counts, e.g. 1,2,4 (default 1,2)", str),
     ("--frameworks", "frameworks", "comma-separated frameworks (default: ddp, horovod and deepspeed with ZeRO "
                                    "stages 0, 1, 2)", str),
@@ -47,7 +50,7 @@ OPTIONS = (
                                          "generated dataset's, converted once)", Path),
     ("--profile", "profile", "workload preset: auto, study (224 px, 64/GPU) or cpu-small (default auto: study "
                              "with a GPU, cpu-small without)", str),
-    ("--device", "device", "auto, cpu or cuda (default auto)", str),
+    ("--device", "device", "auto, cpu or cuda", str),
     ("--image-size", "image_size", "image side in pixels (overrides the profile)", int),
     ("--batch-size", "batch_size", "images per rank per step (overrides the profile)", int),
     ("--steps", "steps", "timed steps per cell (overrides the profile)", int),
@@ -55,26 +58,42 @@ OPTIONS = (
     ("--num-workers", "num_workers", "DataLoader workers per rank (overrides the profile)", int),
     ("--cores-per-rank", "cores_per_rank", "CPU cells: cores each rank owns, bound by the launcher or the rank "
                                            "(default: the node's cores over the most ranks a cell puts on it)", int),
-    ("--cell-timeout", "cell_timeout", "seconds a cell may take in all (default 900)", float),
+    ("--cell-timeout", "cell_timeout", "seconds a cell may take in all", float),
     ("--precision", "precision", "target relative half-width of each cell's 95% throughput interval; a cell "
-                                 "is launched again until it gets there (default 0.02)", float),
+                                 "is launched again until it gets there", float),
     ("--measure-budget", "measure_budget", "seconds a cell may spend in further launches for precision or a "
-                                           "clear verdict (default 90)", float),
+                                           "clear verdict", float),
     ("--widest-baseline", "widest_baseline", "relative half-width of a cell's 95% interval beyond which "
-                                             "--update-baselines keeps its old baseline (default 0.10)", float),
+                                             "--update-baselines keeps its old baseline", float),
     ("--repeat", "repeat", "independent measurements per cell; with --update-baselines the band is derived "
-                           "from their spread (default 1)", int),
+                           "from their spread", int),
     ("--launch-env-file", "launch_env_file", "NAME=VALUE lines every rank of every cell gets, e.g. "
                                              "NCCL_SOCKET_IFNAME (default: $DLSCALE_ENV_FILE)", Path),
-    ("--hang-timeout", "hang_timeout", "seconds without progress from any rank before a cell counts as hung "
-                                       "(default 180)", float),
+    ("--hang-timeout", "hang_timeout", "seconds without progress from any rank before a cell counts as hung",
+     float),
 )
+
+
+LIMITS = {"cell_timeout": "timeout_s", "hang_timeout": "heartbeat_s"}
+"""Options whose default is a :class:`RunLimits` field's."""
+
+
+def default_of(dest: str) -> object:
+    """The default an option's setting has where it is declared (SuiteOptions, RunLimits), or None."""
+    owner, name = (RunLimits, LIMITS[dest]) if dest in LIMITS else (SuiteOptions, dest)
+    field = owner.__dataclass_fields__.get(name)
+    return None if field is None or field.default in (None, dataclasses.MISSING) else field.default
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("dlscale", "dlscale scaling suite")
     for flag, dest, help_text, kind in OPTIONS:
-        group.addoption(flag, dest=f"dlscale_{dest}", type=kind, default=None, help=help_text)
+        default = default_of(dest)
+        if default is not None and "(default" not in help_text:  # declared once, with the setting
+            help_text = f"{help_text} (default {default:g})" if isinstance(default, float) else \
+                f"{help_text} (default {default})"
+        group.addoption(flag, dest=f"dlscale_{dest}", type=kind, default=None,
+                        help=help_text.replace("%", "%%"))  # argparse formats help with %
     group.addoption("--update-baselines", dest="dlscale_update_baselines", action="store_true",
                     help="record the completed cells' figures as the system's new baselines")
     group.addoption("--launch-env", dest="dlscale_launch_env", action="append", default=[], metavar="NAME=VALUE",

@@ -187,3 +187,14 @@ def test_a_history_line_cut_short_by_an_interrupted_run_does_not_stop_the_next(t
     assert [problem.line for problem in problems] == [2, 4] and all(problem.torn for problem in problems)
     assert [r["run_id"] for r in rows][:2] == ["run1", "run2"] and rows[-1]["cell"] == CELL and len(rows) == 3
     assert processes_with(mark) == []
+
+
+def test_help_lists_every_option_with_the_default_declared_with_its_setting(pytester):
+    """pytest --help formats option help with %, which a literal "95%" once broke."""
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--help")
+    assert result.ret == 0, result.stderr.str()
+    text = " ".join(result.stdout.str().split())
+    for expected in ("srun, mpirun, torchrun, horovodrun, deepspeed", "95% throughput interval",
+                     "clear verdict (default 90)", "(default 0.02)", "counts as hung (default 180)",
+                     "a cell may take in all (default 900)"):
+        assert expected in text, expected
