@@ -1,7 +1,7 @@
 """The suite's self-test: how often its verdicts cry wolf on this machine, and whether they catch a
 real regression, measured through the suite's own code path.
 
-    python -m harness.selftest [--repeats 10] [--baseline-runs 5] [--regressions compute,slow:0.15]
+    python -m harness.selftest [--repeats 10] [--baseline-runs 10] [--regressions compute,slow:0.15]
 
 One cell of the default matrix (``ddp-synthetic-resnet50-g1``) is measured by the suite itself: a
 :class:`harness.suite.Suite` with the options ``ci/suite`` runs with (workload profile, cores per
@@ -114,7 +114,7 @@ class SelftestConfig:
     cell: Cell = SELFTEST_CELL
     repeats: int = 10
     """Reruns of each kind: unchanged, and with each regression."""
-    baseline_runs: int = 5
+    baseline_runs: int = 10
     """Measurements the baseline is recorded from (``--update-baselines --repeat``)."""
     regressions: tuple[Regression, ...] = ()
     """Injected regressions; none given: the ``compute`` regression of this machine."""
@@ -294,7 +294,9 @@ def neighbour_job(progress: Path, start_s: float, duration_s: float):
 
 
 def record_baseline(config: SelftestConfig, say: Callable[[str], None]) -> tuple[Suite, list[Rerun]]:
-    """Measure the cell ``baseline_runs`` times and record the baseline as the suite does."""
+    """Measure the cell ``baseline_runs`` times and record the baseline as the suite does, over
+    any an earlier self-test left in the same work directory."""
+    (config.workdir / "baselines" / f"{SYSTEM}.json").unlink(missing_ok=True)
     suite = suite_for(config, record=True)
     measured = []
     for index in range(config.baseline_runs):
@@ -416,8 +418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.selftest", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cell", default=SELFTEST_CELL.id, help=f"the cell to test (default {SELFTEST_CELL.id})")
     parser.add_argument("--repeats", type=int, default=10, help="reruns of each kind (default 10)")
-    parser.add_argument("--baseline-runs", type=int, default=5,
-                        help="measurements the baseline is recorded from (default 5)")
+    parser.add_argument("--baseline-runs", type=int, default=10,
+                        help="measurements the baseline is recorded from (default 10)")
     parser.add_argument("--regressions", default="compute",
                         help="comma-separated: compute, slow:F (default compute)")
     parser.add_argument("--launcher", help="as the suite's --launcher (default: the suite's)")
