@@ -1,0 +1,186 @@
+"""One rank of a reference training loop, written the way each framework's own examples write it,
+on the harness's synthetic ResNet50 workload: what the harness's cells are checked against
+(test_reference_loops.py). It imports nothing from the harness.
+
+    mpirun -np 2 --map-by slot:PE=1 --bind-to core python -m bench_tests.benchmarks.reference_loops \
+        --framework ddp|horovod|deepspeed --batch 16 --image-size 32 --classes 100 \
+        --warmup 5 --steps 50 --out DIR
+
+Each rank uses as many threads as the launcher gave it cores, warms up, meets the others at a
+barrier, times every step with ``time.perf_counter`` and writes ``DIR/rank<R>.json``: its step
+times, images and timed window, and how long each of its threads ran on a CPU and waited for one
+during the window (``/proc/self/task/*/schedstat``, read only at the window's ends), which shows
+what a framework's helper threads take from the training thread on the rank's cores. The optimizer and loss settings default to the harness's cells'
+(the ``cpu-small`` profile), so that only the way the loop is written differs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torchvision
+
+Step = Callable[[], torch.Tensor]
+Barrier = Callable[[], None]
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench_tests.benchmarks.reference_loops")
+    parser.add_argument("--framework", choices=("ddp", "horovod", "deepspeed"), required=True)
+    parser.add_argument("--batch", type=int, default=16, help="images per rank per step")
+    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--classes", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--lr", type=float, default=0.025, help="per rank; scaled by the rank count")
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--weight-decay", type=float, default=1e-4)
+    parser.add_argument("--label-smoothing", type=float, default=0.1)
+    parser.add_argument("--out", type=Path, required=True, help="directory for rank<R>.json")
+    return parser.parse_args(argv)
+
+
+def torchrun_style_environment() -> None:
+    """RANK/WORLD_SIZE/LOCAL_RANK from Open MPI's variables under mpirun, as torch's and DeepSpeed's
+    ``env://`` initialisation reads them; MASTER_ADDR/PORT come from the parent's environment."""
+    if "OMPI_COMM_WORLD_RANK" in os.environ and "RANK" not in os.environ:
+        os.environ.update(RANK=os.environ["OMPI_COMM_WORLD_RANK"], WORLD_SIZE=os.environ["OMPI_COMM_WORLD_SIZE"],
+                          LOCAL_RANK=os.environ["OMPI_COMM_WORLD_LOCAL_RANK"])
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+
+
+def model_and_optimizer(args: argparse.Namespace, world_size: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = torchvision.models.resnet50(weights=None, num_classes=args.classes)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * world_size, momentum=args.momentum,
+                                weight_decay=args.weight_decay)
+    return model, optimizer
+
+
+def ddp_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch.Tensor) -> tuple[int, Step, Barrier]:
+    import torch.distributed as dist
+
+    torchrun_style_environment()
+    dist.init_process_group("gloo")
+    model, optimizer = model_and_optimizer(args, dist.get_world_size())
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+
+    def step() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = criterion(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return dist.get_rank(), step, dist.barrier
+
+
+def horovod_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch.Tensor) -> tuple[int, Step, Barrier]:
+    import horovod.torch as hvd
+
+    hvd.init()
+    model, optimizer = model_and_optimizer(args, hvd.size())
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), op=hvd.Average)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+
+    def step() -> torch.Tensor:  # pytorch_synthetic_benchmark.py's benchmark_step
+        optimizer.zero_grad()
+        loss = criterion(model(images), labels)
+        loss.backward()
+        optimizer.step()  # waits for the gradients' all-reduces, then updates
+        return loss
+
+    return hvd.rank(), step, hvd.barrier
+
+
+def deepspeed_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch.Tensor) -> tuple[int, Step, Barrier]:
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+
+    torchrun_style_environment()
+    deepspeed.init_distributed(dist_backend="gloo")
+    model, optimizer = model_and_optimizer(args, deepspeed.comm.get_world_size())
+    config = {"train_micro_batch_size_per_gpu": args.batch, "gradient_accumulation_steps": 1,
+              "zero_optimization": {"stage": 0}, "gradient_clipping": 0.0, "steps_per_print": 2**31 - 1}
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+
+    def step() -> torch.Tensor:
+        loss = criterion(engine(images), labels)
+        engine.backward(loss)
+        engine.step()
+        return loss
+
+    return deepspeed.comm.get_rank(), step, deepspeed.comm.barrier
+
+
+def thread_times() -> dict[int, tuple[float, float]]:
+    """Seconds each thread of this process has run on a CPU and waited on a run queue, by thread id."""
+    times = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            ran, waited = (int(field) for field in (task / "schedstat").read_text().split()[:2])
+        except (OSError, ValueError):
+            continue  # the thread ended while we read, or no schedstat here
+        times[int(task.name)] = (ran / 1e9, waited / 1e9)
+    return times
+
+
+def window_threads(before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]]) -> dict:
+    """The training (main) thread's and the other threads' CPU and run-queue time over the window."""
+    main_thread = os.getpid()
+    delta = {tid: (ran - before.get(tid, (0.0, 0.0))[0], waited - before.get(tid, (0.0, 0.0))[1])
+             for tid, (ran, waited) in after.items()}
+    others = [times for tid, times in delta.items() if tid != main_thread]
+    return {"main_ran_s": delta.get(main_thread, (0.0, 0.0))[0], "main_waited_s": delta.get(main_thread, (0.0, 0.0))[1],
+            "others_ran_s": sum(ran for ran, _ in others), "others_waited_s": sum(waited for _, waited in others),
+            "busiest_other_ran_s": max((ran for ran, _ in others), default=0.0), "threads": len(after)}
+
+
+LOOPS = {"ddp": ddp_loop, "horovod": horovod_loop, "deepspeed": deepspeed_loop}
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    cores = sorted(os.sched_getaffinity(0))  # the launcher bound this rank to them
+    torch.set_num_threads(len(cores))
+    torch.manual_seed(1234)
+    images = torch.randn(args.batch, 3, args.image_size, args.image_size)
+    labels = torch.randint(0, args.classes, (args.batch,))
+    rank, step, barrier = LOOPS[args.framework](args, images, labels)
+
+    for _ in range(args.warmup):
+        step()
+    barrier()  # every rank starts the timed window together
+    step_times: list[float] = []
+    threads_before = thread_times()
+    window_start = time.perf_counter()
+    for _ in range(args.steps):
+        started = time.perf_counter()
+        loss = step()  # on the CPU every kernel has finished when the call returns
+        step_times.append(time.perf_counter() - started)
+    window = time.perf_counter() - window_start
+    threads = window_threads(threads_before, thread_times())
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"rank{rank}.json").write_text(json.dumps({
+        "framework": args.framework, "rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
+        "cores": cores, "threads": torch.get_num_threads(), "step_times": step_times,
+        "images": args.batch * args.steps, "window_s": window, "final_loss": float(loss.detach()),
+        "window_threads": threads,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,177 @@
+"""Does the harness measure a framework as that framework's own loop runs? Each framework's
+synthetic ResNet50 cell (the ``cpu-small`` workload, 1 core per rank, mpirun) against a reference
+loop written the way the framework's own examples write it (reference_loops.py), both launched by
+the same launcher object with the same binding and environment.
+
+    DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_reference_loops.py -s
+
+Harness and reference alternate over interleaved rounds (the order flips from one launch pair to
+the next), and both are reduced by the same definitions: the suite's figure (MSER-5 warm-up
+trimmed, all ranks' images over the sum of each step's slowest-rank time) and the plain one (all
+ranks' images over the slowest rank's timed window, which also holds whatever a loop does between
+steps). A row fails when the harness's median throughput is below MIN_RATIO of the reference's on
+either definition. Not part of ordinary runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness.cells import PROFILES, Cell
+from harness.contention import wait_share
+from harness.launchers import LAUNCHERS, Launcher, LaunchRequest, with_harness_importable
+from harness.metrics import step_samples, trim_warmup
+from harness.procs import TOKEN_VARIABLE, kill_processes_with_token
+from harness.runner import free_port, run_cell
+from harness.stats import throughput_interval
+
+ROUNDS = 3
+FRAMEWORKS = ("ddp", "horovod", "deepspeed")
+RANK_COUNTS = (1, 2)
+CORES_PER_RANK = 1
+MIN_RATIO = 0.97
+WORKLOAD = PROFILES["cpu-small"]
+REFERENCE_MODULE = "bench_tests.benchmarks.reference_loops"
+TIMEOUT_S = 600
+
+
+@pytest.fixture(autouse=True)
+def only_when_asked(request):
+    if not (request.config.getoption("benchmark_only", False) or os.environ.get("DLSCALE_BENCHMARKS")):
+        pytest.skip("a benchmark: run with --benchmark-only or DLSCALE_BENCHMARKS=1")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Throughput:
+    suite: float
+    """Images/s as the suite computes it: warm-up trimmed, images over the slowest-rank step sums."""
+    window: float
+    """Images/s over the timed window: all ranks' images over the slowest rank's window."""
+    cpu_wait: float | None
+    """The largest share of the timed time any rank's threads, together, waited for a CPU."""
+
+
+def throughput(records: list[dict], cpu_wait: float | None) -> Throughput:
+    trimmed, _ = trim_warmup(records)
+    return Throughput(suite=throughput_interval(*step_samples(trimmed)).value,
+                      window=sum(record["images"] for record in records) / max(record["window_s"] for record in records),
+                      cpu_wait=cpu_wait)
+
+
+def run_harness(framework: str, ranks: int, launcher: Launcher, workdir: Path) -> Throughput:
+    cell = Cell(framework=framework, loader="synthetic", model="resnet50", ranks=ranks)
+    run = run_cell(cell, WORKLOAD, launcher, workdir=workdir,
+                   spec_extra={"device": "cpu", "cores_per_rank": CORES_PER_RANK})
+    assert run.ok, f"{cell.id}: {run.error}"
+    return throughput(run.records, wait_share(run.records))
+
+
+def run_reference(framework: str, ranks: int, launcher: Launcher, workdir: Path) -> Throughput:
+    """The reference loop through ``launcher``, its environment prepared as harness.runner prepares a cell's."""
+    out = workdir / f"reference-{framework}-g{ranks}"
+    shutil.rmtree(out, ignore_errors=True)
+    token = uuid.uuid4().hex
+    args = ("--framework", framework, "--batch", str(WORKLOAD.batch_size), "--image-size", str(WORKLOAD.image_size),
+            "--classes", str(WORKLOAD.num_classes), "--warmup", str(WORKLOAD.warmup_steps),
+            "--steps", str(WORKLOAD.steps), "--lr", str(WORKLOAD.base_lr), "--momentum", str(WORKLOAD.momentum),
+            "--weight-decay", str(WORKLOAD.weight_decay), "--label-smoothing", str(WORKLOAD.label_smoothing),
+            "--out", str(out.resolve()))
+    request = LaunchRequest(ranks=ranks, module=REFERENCE_MODULE, args=args, master_port=free_port(),
+                            job_name=f"dlscale-reference-{framework}-g{ranks}-{token[:8]}",
+                            master_addr=launcher.rendezvous_host(), token=token, cores_per_rank=CORES_PER_RANK)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_PORT=str(request.master_port), **{TOKEN_VARIABLE: token})
+    if request.master_addr:
+        env["MASTER_ADDR"] = request.master_addr
+    else:
+        env.pop("MASTER_ADDR", None)
+    try:
+        done = subprocess.run(launcher.command(request), env=with_harness_importable(env), capture_output=True,
+                              text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        kill_processes_with_token(token)
+    assert done.returncode == 0, f"reference {framework} x{ranks} exited {done.returncode}:\n{done.stdout[-3000:]}"
+    records = [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
+    assert len(records) == ranks, f"reference {framework} x{ranks}: {len(records)} rank records"
+    threads = [record["window_threads"] for record in records]
+    return throughput(records, max((t["main_waited_s"] + t["others_waited_s"]) / record["window_s"]
+                                   for t, record in zip(threads, records)))
+
+
+def test_harness_matches_reference_loops(request, tmp_path):
+    launcher = LAUNCHERS.create("mpirun")
+    if reason := launcher.unavailable_reason():
+        pytest.skip(f"mpirun: {reason}")
+    rows = [(framework, ranks) for framework in FRAMEWORKS for ranks in RANK_COUNTS]
+    harness: dict[tuple[str, int], list[Throughput]] = {row: [] for row in rows}
+    reference: dict[tuple[str, int], list[Throughput]] = {row: [] for row in rows}
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    for round_ in range(ROUNDS):
+        for index, (framework, ranks) in enumerate(rows):
+            order = [("harness", run_harness, harness), ("reference", run_reference, reference)]
+            if (round_ + index) % 2:
+                order.reverse()
+            for name, run, into in order:
+                measured = run(framework, ranks, launcher, tmp_path)
+                into[(framework, ranks)].append(measured)
+                with capture.global_and_fixture_disabled():
+                    print(f"round {round_ + 1}/{ROUNDS} {framework} x{ranks} {name}: {measured.suite:.1f} img/s "
+                          f"(window {measured.window:.1f}, CPU wait {_share(measured.cpu_wait)})", flush=True)
+
+    tables, failures = [], []
+    for definition in ("suite", "window"):
+        lines = [f"images/s, {_DEFINITIONS[definition]}",
+                 "| framework | ranks | harness img/s | reference img/s | harness/reference | E_G harness / reference "
+                 "| CPU wait harness / reference |",
+                 "|---|---|---|---|---|---|---|"]
+        for framework, ranks in rows:
+            ours = [getattr(t, definition) for t in harness[(framework, ranks)]]
+            theirs = [getattr(t, definition) for t in reference[(framework, ranks)]]
+            ratios = [a / b for a, b in zip(ours, theirs)]
+            efficiency = "-"
+            if ranks != min(RANK_COUNTS):
+                ours_1 = statistics.median(getattr(t, definition) for t in harness[(framework, min(RANK_COUNTS))])
+                theirs_1 = statistics.median(getattr(t, definition) for t in reference[(framework, min(RANK_COUNTS))])
+                efficiency = (f"{statistics.median(ours) / ranks / ours_1:.2f} / "
+                              f"{statistics.median(theirs) / ranks / theirs_1:.2f}")
+            waits = " / ".join(_share(_median_or_none([t.cpu_wait for t in runs[(framework, ranks)]]))
+                               for runs in (harness, reference))
+            lines.append(f"| {framework} | {ranks} | {_spread(ours, '.1f')} | {_spread(theirs, '.1f')} | "
+                         f"{_spread(ratios, '.3f')} | {efficiency} | {waits} |")
+            if statistics.median(ratios) < MIN_RATIO:
+                failures.append(f"{framework} x{ranks} ({definition}): harness/reference {statistics.median(ratios):.3f}")
+        tables.append("\n".join(lines))
+    table = "\n\n".join(tables)
+    with capture.global_and_fixture_disabled():
+        print(f"\n{table}\n(median and min-max over {ROUNDS} interleaved rounds; ratios per round; CPU wait: median "
+              "over rounds of the largest share of the timed time a rank's threads together waited on a run queue)",
+              flush=True)
+    request.node.user_properties.append(("reference_loops", table))
+    assert not failures, f"the harness is slower than the framework's own loop by more than {1 - MIN_RATIO:.0%}: " \
+                         + "; ".join(failures)
+
+
+_DEFINITIONS = {
+    "suite": "the suite's figure: warm-up trimmed (MSER-5), all ranks' images over the sum of each step's slowest-rank time",
+    "window": "all ranks' images over the slowest rank's timed window",
+}
+
+
+def _spread(values: list[float], spec: str) -> str:
+    return f"{statistics.median(values):{spec}} ({min(values):{spec}}-{max(values):{spec}})"
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
