@@ -154,7 +154,7 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
         return Judgement(verdicts=[Verdict(kind="stale", message=(
             f"baseline measured on other hardware ({'; '.join(differs)}); re-record it on this machine with "
             "--update-baselines"))])
-    speed, raw_because = machine_speed(evidence.yardstick, entry, use_yardstick=use_yardstick)
+    speed, raw_because = speed_against_baseline(evidence.yardstick, entry, use_yardstick=use_yardstick)
     if another := another_machine(speed):
         return Judgement(verdicts=[Verdict(kind="machine-differs", message=another)], machine_speed=speed)
     verdicts = [judge_throughput(evidence.throughput, references.get("throughput"), machine_speed=speed,
@@ -175,7 +175,8 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
     return Judgement(verdicts=verdicts, machine_speed=speed, stack_changes=changes)
 
 
-def machine_speed(yardstick: Yardstick | None, entry: Mapping, *, use_yardstick: bool = True) -> tuple[float | None, str]:
+def speed_against_baseline(yardstick: Yardstick | None, entry: Mapping, *,
+                           use_yardstick: bool = True) -> tuple[float | None, str]:
     """The machine's speed relative to the baseline's to normalise a throughput by, or why none."""
     if yardstick is None:
         return None, ""  # a GPU cell: no CPU yardstick can speak for it
