@@ -49,7 +49,9 @@ class NodeWatch(Sampler):
             if token is None or namespace not in self.namespaces:
                 continue
             process = self.seen.setdefault((token, int(entry.name)), {"node": self.namespaces[namespace], "first": now,
-                                                                      "rank": _rank_of(entry, environ)})
+                                                                      "rank": None})
+            if process["rank"] is None:  # first seen between fork and exec, a rank is not a worker yet
+                process["rank"] = _rank_of(entry, environ)
             process["last"] = now
 
     def of(self, token: str) -> list[dict]:
