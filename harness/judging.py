@@ -13,8 +13,8 @@ The order, first match wins for the cell as a whole:
 3. ``machine-differs``: the machine yardstick ran beyond ``1 +- SAME_MACHINE_DRIFT`` of the
    baseline's: another machine, not a drift;
 4. ``pass``, ``fail``, ``inconclusive``, ``faster`` for throughput (and efficiency): a CPU cell's
-   throughput is judged both as measured and normalised by the yardstick, and only a verdict the
-   two readings agree on stands (:func:`agreed`);
+   throughput is judged as measured and, where the yardstick moved beyond its own launch-to-launch
+   noise, also normalised by it, and only a verdict the two readings agree on stands (:func:`agreed`);
 5. a ``fail`` measured while work outside the cell took its cores becomes ``inconclusive``; a
    wait the cell's own processes caused does not (:func:`harness.contention.distrust`).
 """
@@ -27,7 +27,7 @@ from .breakdown import CellBreakdown, attribute_regression
 from .contention import distrust
 from .fingerprint import stack_changes, stale_differences
 from .stats import Estimate, needs_more_samples, verdict
-from .yardstick import Yardstick, another_machine, normalise_estimate, speed_ratio
+from .yardstick import DEFAULT_NOISE, Yardstick, another_machine, beyond_noise, normalise_estimate, speed_ratio
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -157,7 +157,8 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
     speed, raw_because = speed_against_baseline(evidence.yardstick, entry, use_yardstick=use_yardstick)
     if another := another_machine(speed):
         return Judgement(verdicts=[Verdict(kind="machine-differs", message=another)], machine_speed=speed)
-    verdicts = [judge_throughput(evidence.throughput, references.get("throughput"), machine_speed=speed,
+    verdicts = [judge_throughput(evidence.throughput, references.get("throughput"),
+                                 machine_speed=None if raw_because else speed,
                                  machine_drift=evidence.yardstick.drift if speed and evidence.yardstick else 0.0,
                                  raw_because=raw_because)]
     efficiency_reference = references.get("efficiency")
@@ -177,14 +178,21 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
 
 def speed_against_baseline(yardstick: Yardstick | None, entry: Mapping, *,
                            use_yardstick: bool = True) -> tuple[float | None, str]:
-    """The machine's speed relative to the baseline's to normalise a throughput by, or why none."""
+    """The machine's speed relative to the baseline's, and why a throughput is judged only as
+    measured (``""``: it is judged normalised by that speed too). Within the yardstick's own
+    launch-to-launch noise the speed is shown but not used (:func:`harness.yardstick.beyond_noise`)."""
     if yardstick is None:
         return None, ""  # a GPU cell: no CPU yardstick can speak for it
     if not use_yardstick:
         return None, "--no-yardstick"
-    speed = speed_ratio(yardstick, Yardstick.from_json(entry.get("yardstick")))
+    baseline = Yardstick.from_json(entry.get("yardstick"))
+    speed = speed_ratio(yardstick, baseline)
     if speed is None:
         return None, "the baseline has no yardstick of this version; re-record it to judge against machine speed"
+    if not beyond_noise(speed, baseline):
+        noise = DEFAULT_NOISE if baseline.noise is None else baseline.noise
+        return speed, (f"machine {speed - 1:+.1%} by the yardstick, within the +-{noise:.1%} it strays by itself from "
+                       "launch to launch")
     return speed, ""
 
 

@@ -6,7 +6,6 @@ import dataclasses
 import functools
 import math
 import os
-import statistics
 import time
 import uuid
 from pathlib import Path
@@ -33,13 +32,13 @@ from .frameworks import FRAMEWORKS
 from .loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
 from .models import MODELS
 from .metrics import CellMetrics, pool_uncontended, step_samples, summarize, trim_warmup
-from .stats import (Estimate, efficiency_interval, throughput_interval,
-                    tolerance_from_repeats)
+from .stats import Estimate, efficiency_interval, throughput_interval
 from .provenance import provenance
+from .recording import baseline_entry, why_not_recorded
 from .runner import CellRun, RunLimits, run_cell
 from .system import detect_system, rank_capacity
 from .tfrecord import TFRecordError, convert, open_tfrecord_set
-from .yardstick import Yardstick, from_records, mean_of, normalise, speed_ratio
+from .yardstick import Yardstick, from_records
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATASET = Path(os.environ.get("DLSCALE_CACHE", Path.home() / ".cache" / "dlscale")) / "dataset"
@@ -235,21 +234,6 @@ def _uses_gpus(device: str) -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def too_uncertain_to_record(results: list[CellResult], widest: float) -> str | None:
-    """Why these measurements of a cell cannot be its baseline (a 95% interval wider than
-    ``+-widest``, relative), or ``None``."""
-    for result in results:
-        for metric in ("throughput", "efficiency"):
-            estimate = getattr(result, metric)
-            if estimate is not None and estimate.half_width_rel > widest:
-                waited = (f", its ranks waiting for a CPU for {result.cpu_wait_share:.0%} of the step time"
-                          if result.cpu_wait_share else "")
-                spread = "has no interval (too few steps)" if estimate.too_few_samples else \
-                    f"+-{estimate.half_width_rel:.1%} is too uncertain"
-                return f"{metric} {estimate.value:.4g} {spread} for a baseline (widest +-{widest:.1%}){waited}"
-    return None
 
 
 class Suite:
@@ -600,66 +584,32 @@ class Suite:
 
     def update_baselines(self) -> list[str]:
         """Write the completed cells into the baseline file. A cell measured several times
-        (``--repeat``) is stored as the mean of its repeats with a band derived from their spread."""
+        (``--repeat``) is stored as the mean of its repeats with a band derived from their spread
+        (:mod:`harness.recording`)."""
         by_cell: dict[Cell, list[CellResult]] = {}
         for result in self.results:
             by_cell.setdefault(result.cell, []).append(result)
-        shared = self._provenance
         entries = []
-        for cell, results in by_cell.items():
+        for results in by_cell.values():
             if not all(r.ok for r in results):
                 continue  # a cell that failed in any repeat keeps its old baseline
-            regressed = [r for r in results if any(v.failed for v in r.verdicts)]
-            if regressed and not self.options.accept_regressions:
-                self.baselines_kept.append(f"{cell.id}: judged fail against its baseline "
-                                           f"({'; '.join(v.message for v in regressed[0].verdicts if v.failed)}); "
-                                           "--accept-regressions records it anyway")
+            why_not = why_not_recorded(results, accept_regressions=self.options.accept_regressions,
+                                       widest=self.options.widest_baseline)
+            if why_not:
+                self.baselines_kept.append(f"{results[0].cell.id}: {why_not}")
                 continue
-            too_wide = too_uncertain_to_record(results, self.options.widest_baseline)
-            if too_wide:
-                self.baselines_kept.append(f"{cell.id}: {too_wide}; measure it again on a quiet node or with a "
-                                           "larger --measure-budget")
-                continue
-            last = results[-1]
-            entry = {"cell": cell.id, "metrics": {}, "bands": {}, "config_hash": last.config_hash,
-                     "config": dataclasses.asdict(self._workload), "fingerprint": last.fingerprint,
-                     "breakdown": last.breakdown.slowest.to_json() if last.breakdown else None,
-                     "provenance": {**shared, "launcher": last.run.launcher, "ranks": cell.ranks}}
-            machine = self._baseline_machine(results)
-            if machine:
-                entry["yardstick"] = machine.to_json()
-            if all(r.cpu_wait_share is not None for r in results):
-                entry["cpu_wait_share"] = round(statistics.fmean(r.cpu_wait_share for r in results), 4)
-            for metric in ("throughput", "efficiency"):
-                used = [r for r in results
-                        if getattr(r, metric) is not None and (metric == "throughput" or r.efficiency_source == "measured")]
-                values = [getattr(r, metric).value for r in used]
-                if metric == "throughput" and machine:
-                    values = [normalise(value, speed_ratio(r.yardstick, machine)) for value, r in zip(values, used)]
-                if not values:
-                    continue
-                entry["metrics"][metric] = statistics.fmean(values)
-                if len(values) > 1:
-                    lower, upper = tolerance_from_repeats(values, floor_rel=self.options.band_floor)
-                    entry["bands"][metric] = {"lower": round(lower, 4), "upper": round(upper, 4),
-                                              "repeats": [round(v, 4) for v in values]}
-            entries.append(entry)
+            entries.append(baseline_entry(results, config=dataclasses.asdict(self._workload),
+                                          provenance=self._provenance, band_floor=self.options.band_floor,
+                                          use_yardstick=self.options.yardstick))
         for result in self.accuracy_results:
             if result.outcome:
                 entries.append({"cell": result.cell.id, "metrics": {"accuracy": result.outcome["final_val_accuracy"]},
                                 "config_hash": result.config_hash, "config": dataclasses.asdict(ACCURACY_SETTINGS),
-                                "provenance": {**shared, "launcher": result.run.launcher, "ranks": result.cell.ranks}})
+                                "provenance": {**self._provenance, "launcher": result.run.launcher,
+                                               "ranks": result.cell.ranks}})
         if not entries:
             return []
         return self.baselines.update(entries)
-
-    def _baseline_machine(self, results: list[CellResult]) -> Yardstick | None:
-        """The yardstick a baseline from these repeats holds: their mean. Each repeat's throughput
-        is then brought to it (:func:`harness.yardstick.normalise`), so that a drift in the machine's
-        speed between repeats neither moves the stored value nor widens the band."""
-        if not self.options.yardstick or not all(r.yardstick for r in results):
-            return None
-        return mean_of([r.yardstick for r in results])
 
     def accuracy_rows(self) -> list[list[str]]:
         """Final validation accuracy, one row per schedule, one column per global batch."""

@@ -74,10 +74,17 @@ class Yardstick:
     drift: float = 0.0
     """How far apart the machine's speed before and after the timed window was: ``|after - before|``
     over their mean, averaged over ranks and launches (0 where unknown)."""
+    noise: float | None = None
+    """A baseline's: how far one more launch's yardstick may stray from this mean on the same
+    machine, relative (the 99% prediction half-width over the launches it was recorded from);
+    ``None`` where it was recorded from one launch (:data:`DEFAULT_NOISE` stands in)."""
 
     def to_json(self) -> dict:
-        return {"seconds": round(self.seconds, 6), "spread": round(self.spread, 4), "version": self.version,
-                "drift": round(self.drift, 4)}
+        stored = {"seconds": round(self.seconds, 6), "spread": round(self.spread, 4), "version": self.version,
+                  "drift": round(self.drift, 4)}
+        if self.noise is not None:
+            stored["noise"] = round(self.noise, 4)
+        return stored
 
     @classmethod
     def from_json(cls, data: Mapping | None) -> "Yardstick | None":
@@ -87,8 +94,10 @@ class Yardstick:
         seconds = data.get("seconds")
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0:
             return None
+        noise = data.get("noise")
         return cls(seconds=float(seconds), spread=float(data.get("spread") or 0.0), version=int(data.get("version", 0)),
-                   drift=float(data.get("drift") or 0.0))
+                   drift=float(data.get("drift") or 0.0),
+                   noise=float(noise) if isinstance(noise, (int, float)) and noise >= 0 else None)
 
 
 def from_records(records: Sequence[Mapping]) -> Yardstick | None:
@@ -121,11 +130,12 @@ def launch_drifts(sample: Sequence[float], repeats: int = REPEATS) -> list[float
     return drifts
 
 
-def mean_of(yardsticks: Sequence[Yardstick]) -> Yardstick:
-    """The yardstick a baseline recorded from several measurements holds: their mean."""
+def mean_of(yardsticks: Sequence[Yardstick], noise: float | None = None) -> Yardstick:
+    """The yardstick a baseline recorded from several measurements holds: their mean, with the
+    launch-to-launch ``noise`` measured among them."""
     return Yardstick(seconds=statistics.fmean(y.seconds for y in yardsticks),
                      spread=statistics.fmean(y.spread for y in yardsticks),
-                     drift=statistics.fmean(y.drift for y in yardsticks))
+                     drift=statistics.fmean(y.drift for y in yardsticks), noise=noise)
 
 
 def speed_ratio(now: Yardstick | None, then: Yardstick | None) -> float | None:
@@ -142,6 +152,24 @@ the same machine. Measured on this project's shared 2-core CI node: up to ~25% w
 (22% within one half-minute launch; README, "Machine yardstick"), while fresh VMs of the same
 "AMD EPYC" type ran the yardstick 2.5x-4.3x faster. Normalising carries a drift, not a change of
 machine: how far torch's speed follows the yardstick's is known only within that range."""
+
+
+DEFAULT_NOISE = 0.10
+"""How far one launch's yardstick strays from a baseline's on the same quiet machine when the
+baseline does not say (it was recorded from one launch): on this project's 2-core CI machine, 8
+back-to-back launches of the self-test's cell gave a yardstick cv of 2.8%, a 99% prediction
+half-width of 10.4%, while their throughput's cv was 3.0%."""
+
+
+def beyond_noise(ratio: float | None, baseline: "Yardstick | None") -> bool:
+    """Whether the machine's speed ``ratio`` against the ``baseline``'s moved further than the
+    yardstick moves by itself from launch to launch: only such a move is evidence that the machine
+    changed speed, and worth normalising by. Within it, normalising adds the yardstick's own noise
+    to the throughput's and corrects nothing."""
+    if ratio is None:
+        return False
+    noise = DEFAULT_NOISE if baseline is None or baseline.noise is None else baseline.noise
+    return not 1 / (1 + noise) <= ratio <= 1 + noise
 
 
 def another_machine(ratio: float | None, drift: float = SAME_MACHINE_DRIFT) -> str | None:

@@ -135,6 +135,25 @@ def test_without_a_machine_speed_the_throughput_is_judged_as_measured_and_says_w
     assert judge_throughput(interval(95.0), None).kind == "no-baseline"
 
 
+def test_a_machine_speed_within_the_yardsticks_own_noise_is_shown_but_not_used():
+    """The yardstick moves by itself from launch to launch; normalising by such a move corrects
+    nothing and adds its noise, so within the baseline's measured noise the cell is judged as
+    measured (a 12% loss fails though the yardstick says the machine ran 5% faster), and beyond it
+    both readings count."""
+    refs = {"throughput": BAND}
+    quiet = entry(yardstick=Yardstick(seconds=1.0, spread=0.01, noise=0.08).to_json())
+    judged = judge_cell(evidence(88.0, seconds=1 / 1.05), quiet, refs)
+    assert kinds(judged) == ["fail"] and judged.machine_speed == pytest.approx(1.05)
+    assert "as measured (machine +5.0% by the yardstick, within the +-8.0% it strays by itself" in \
+        judged.verdicts[0].message
+    moved = judge_cell(evidence(88.0, seconds=1 / 1.15), quiet, refs)
+    assert kinds(moved) == ["fail"] and "normalised to the baseline's machine speed" in moved.verdicts[0].message
+    slower = judge_cell(evidence(88.0, seconds=1 / 0.85), quiet, refs)
+    assert kinds(slower) == ["inconclusive"]  # the machine's own slowdown explains the loss
+    # a baseline recorded from one launch does not know its noise: the measured default stands in
+    assert "within the +-10.0%" in judge_cell(evidence(100.0, seconds=1 / 1.09), entry(), refs).verdicts[0].message
+
+
 def test_a_cell_is_launched_again_while_imprecise_or_inconclusive_and_the_budget_allows():
     wide, narrow = interval(100.0, half=5.0), interval(100.0, half=1.0)
     enough = dict(precision=0.02, spent_s=10.0, next_launch_s=10.0, budget_s=45.0)

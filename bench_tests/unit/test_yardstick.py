@@ -5,7 +5,8 @@ import pytest
 
 from harness.stats import Estimate
 from harness.yardstick import (REPEATS, SAME_MACHINE_DRIFT, VERSION, Yardstick, another_machine, from_records,
-                               launch_drifts, normalise, normalise_estimate, run_yardstick, speed_ratio)
+                               beyond_noise, launch_drifts, normalise, normalise_estimate, run_yardstick,
+                               speed_ratio)
 
 
 def test_the_workload_runs_and_times_each_repeat():
@@ -46,6 +47,19 @@ def test_stored_form_round_trips():
     original = Yardstick(seconds=0.0781234, spread=0.0213)
     assert Yardstick.from_json(original.to_json()) == Yardstick(seconds=0.078123, spread=0.0213)
     assert Yardstick.from_json({"seconds": 0.1}).version == 0  # hand-written: no version, never compared
+
+
+def test_a_baselines_noise_is_stored_and_read_back():
+    stored = Yardstick(seconds=0.02, spread=0.05, noise=0.104).to_json()
+    assert stored["noise"] == 0.104 and Yardstick.from_json(stored).noise == 0.104
+    assert "noise" not in Yardstick(seconds=0.02, spread=0.05).to_json()
+
+
+@pytest.mark.parametrize("ratio, noise, beyond", [(1.05, None, False), (1.11, None, True), (0.91, None, False),
+                                                  (0.90, None, True), (1.05, 0.03, True), (None, None, False)])
+def test_only_a_move_beyond_the_yardsticks_own_noise_counts(ratio, noise, beyond):
+    baseline = Yardstick(seconds=0.02, spread=0.05, noise=noise)
+    assert beyond_noise(ratio, baseline) is beyond
 
 
 def test_drift_is_how_far_apart_the_speed_before_and_after_each_window_was():
