@@ -102,8 +102,10 @@ class BaselineFile:
         raw = entry[metric]
         defaulted = raw.get("lower") is None and raw.get("upper") is None
         band = DEFAULT_TOLERANCE if defaulted else raw
+        repeats = raw.get("repeats")
         return Reference(value=float(raw["value"]), lower=float(band.get("lower") or 0.0), upper=band.get("upper"),
-                         unit=raw.get("unit", METRICS[metric]), defaulted=defaulted)
+                         unit=raw.get("unit", METRICS[metric]), defaulted=defaulted,
+                         repeats=len(repeats) if isinstance(repeats, list) and not defaulted else None)
 
     def updated(self, results: list[dict]) -> tuple[dict, list[str]]:
         """The file's content with ``results`` written in, and a line per change.

@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not histories:
         print(f"{args.path}: no {args.metric} figures" + (f" for {args.cell}" if args.cell else ""))
         return 0
-    from .suite import format_table
+    from .tables import format_table
 
     print(f"{args.metric} change points in {args.path} ({len(rows)} rows)")
     print(format_table(report_rows(histories, args.threshold)))

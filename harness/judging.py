@@ -21,12 +21,13 @@ The order, first match wins for the cell as a whole:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Mapping
 
 from .breakdown import CellBreakdown, attribute_regression
 from .contention import distrust
 from .fingerprint import stack_changes, stale_differences
-from .stats import Estimate, needs_more_samples, verdict
+from .stats import BandVerdict, Estimate, needs_more_samples, verdict
 from .yardstick import DEFAULT_NOISE, Yardstick, another_machine, beyond_noise, normalise_estimate, speed_ratio
 
 
@@ -42,6 +43,25 @@ class Reference:
     unit: str
     defaulted: bool = False
     """True when the file gave no band and a default stands in."""
+    repeats: int | None = None
+    """How many measurements the band was derived from (``--update-baselines --repeat``): it is
+    then the prediction interval of one more launch, and narrows for a measurement pooled from
+    several (:meth:`for_launches`). ``None``: a default or hand-written band, taken as it is."""
+
+    def for_launches(self, launches: int) -> "Reference":
+        """The band a measurement pooled from ``launches`` launches is judged against.
+
+        Launches of one cell differ by more than a launch's own interval says (on this project's CI
+        machine a cv of 3-5% between launches against +-0.7% within one): each process gets its own
+        memory layout and its own share of the host. The band from ``n`` repeats is
+        ``t * s * sqrt(1 + 1/n)`` for one launch; the mean of ``k`` launches varies as ``s / sqrt(k)``,
+        so its band is ``t * s * sqrt(1/k + 1/n)``: the same band scaled by
+        ``sqrt((1/k + 1/n) / (1 + 1/n))``."""
+        if self.repeats is None or self.repeats < 2 or launches <= 1:
+            return self
+        scale = math.sqrt((1 / launches + 1 / self.repeats) / (1 + 1 / self.repeats))
+        return dataclasses.replace(self, lower=self.lower * scale,
+                                   upper=None if self.upper is None else self.upper * scale)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -74,6 +94,8 @@ class Evidence:
     outside_share: float | None = None
     """Share of the ranks' own cores' time work outside the cell took (:mod:`harness.contention`)."""
     breakdown: CellBreakdown | None = None
+    launches: int = 1
+    """How many launches the figures pool (contended ones left out)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,13 +106,37 @@ class Judgement:
     stack_changes: list[str] = dataclasses.field(default_factory=list)
 
 
-def judge(measured: Estimate, reference: Reference | None, *, metric: str) -> Verdict:
-    """Judge a measured interval against its reference band, as measured (higher is better)."""
+def judge(measured: Estimate, reference: Reference | None, *, metric: str, launches: int = 1) -> Verdict:
+    """Judge a measured interval, pooled from ``launches`` launches, against its reference band as
+    measured (higher is better)."""
     if reference is None:
         return Verdict(kind="no-baseline", message=f"no {metric} baseline")
-    result = verdict(measured, reference.value, reference.lower, reference.upper)
+    result = band_verdict(measured, reference, launches)
     return Verdict(kind=result.kind, message=f"{metric} {measured.value / reference.value - 1:+.1%} against "
-                                             f"{_band(reference)}: {result.message}{_defaulted(reference)}")
+                                             f"{_band(reference, launches)}: {result.message}{_defaulted(reference)}")
+
+
+def band_verdict(measured: Estimate, reference: Reference, launches: int = 1) -> BandVerdict:
+    """The interval against the band for ``launches`` launches (:meth:`Reference.for_launches`). A
+    pass whose value lies below the edge the band would have after one more launch is not settled:
+    it is ``inconclusive``, and the cell is launched again while its budget allows, so that a
+    regression smaller than the one-launch band still fails once enough launches pin it down."""
+    band = reference.for_launches(launches)
+    result = verdict(measured, band.value, band.lower, band.upper)
+    if result.kind == "pass" and reference.repeats:
+        edge = reference.value * (1 + reference.for_launches(launches + 1).lower)
+        if measured.value < edge:
+            return BandVerdict(kind="inconclusive", message=(
+                f"{result.message}, but below the edge {edge:.4g} of the band for {launches + 1} launches: "
+                "one more launch could make it a fail"))
+    return result
+
+
+def judge_accuracy(final: float, entry: Mapping | None, reference: Reference | None, *, config_hash: str) -> Verdict:
+    """An accuracy cell's final validation accuracy against its baseline (no interval: one run)."""
+    if entry is not None and entry.get("config_hash") not in (None, config_hash):
+        return Verdict(kind="stale", message="baseline measured with other accuracy settings")
+    return judge(Estimate(value=final, low=final, high=final), reference, metric="accuracy")
 
 
 def agreed(as_measured: str, normalised: str) -> str:
@@ -110,26 +156,26 @@ def agreed(as_measured: str, normalised: str) -> str:
 
 
 def judge_throughput(measured: Estimate, reference: Reference | None, *, machine_speed: float | None = None,
-                     machine_drift: float = 0.0, raw_because: str = "") -> Verdict:
+                     machine_drift: float = 0.0, raw_because: str = "", launches: int = 1) -> Verdict:
     """Judge a throughput interval against its band as measured and, given the machine's
     ``machine_speed`` relative to the baseline's, also normalised to the baseline's machine speed
     (widened by ``machine_drift``, :attr:`yardstick.Yardstick.drift`); the verdict is the one both
     readings agree on (:func:`agreed`). ``raw_because``: why a figure that could have been
-    normalised was judged only as measured."""
+    normalised was judged only as measured. ``launches``: how many launches the interval pools."""
     if reference is None:
         return Verdict(kind="no-baseline", message="no throughput baseline")
-    raw = verdict(measured, reference.value, reference.lower, reference.upper)
+    raw = band_verdict(measured, reference, launches)
     change = f"{measured.value / reference.value - 1:+.1%}"
     if machine_speed is None:
         how = f" as measured ({raw_because})" if raw_because else ""
-        return Verdict(kind=raw.kind, message=f"throughput {change}{how} against {_band(reference)}: "
+        return Verdict(kind=raw.kind, message=f"throughput {change}{how} against {_band(reference, launches)}: "
                                               f"{raw.message}{_defaulted(reference)}")
     judged = normalise_estimate(measured, machine_speed, machine_drift)
-    normalised = verdict(judged, reference.value, reference.lower, reference.upper)
+    normalised = band_verdict(judged, reference, launches)
     kind = agreed(raw.kind, normalised.kind)
     head = (f"throughput {judged.value / reference.value - 1:+.1%} normalised to the baseline's machine speed "
             f"(machine {machine_speed - 1:+.1%} by the yardstick, {machine_drift:.1%} apart before and after the "
-            f"window), {change} as measured, against {_band(reference)}")
+            f"window), {change} as measured, against {_band(reference, launches)}")
     if raw.kind == normalised.kind:
         return Verdict(kind=kind, message=f"{head}: {normalised.message}{_defaulted(reference)}")
     return Verdict(kind=kind, message=(
@@ -160,11 +206,12 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
     verdicts = [judge_throughput(evidence.throughput, references.get("throughput"),
                                  machine_speed=None if raw_because else speed,
                                  machine_drift=evidence.yardstick.drift if speed and evidence.yardstick else 0.0,
-                                 raw_because=raw_because)]
+                                 raw_because=raw_because, launches=evidence.launches)]
     efficiency_reference = references.get("efficiency")
     if evidence.efficiency is not None and efficiency_reference and evidence.efficiency_source != "by definition":
         # not normalised: its two throughputs come from one session, so the machine's drift cancels
-        verdicts.append(judge(evidence.efficiency, efficiency_reference, metric="efficiency"))
+        verdicts.append(judge(evidence.efficiency, efficiency_reference, metric="efficiency",
+                              launches=evidence.launches))
     if evidence.breakdown and entry.get("breakdown") and any(v.failed for v in verdicts):
         moved = attribute_regression(evidence.breakdown.slowest, entry["breakdown"])
         verdicts = [dataclasses.replace(v, message=f"{v.message}; {moved}") if v.failed else v for v in verdicts]
@@ -221,8 +268,10 @@ def config_differences(old: Mapping, new: Mapping) -> str:
     return ", ".join(diffs) or "framework, loader or model settings"
 
 
-def _band(reference: Reference) -> str:
-    return f"baseline {reference.value:.4g} (band {reference.lower:+.0%})"
+def _band(reference: Reference, launches: int = 1) -> str:
+    band = reference.for_launches(launches)
+    pooled = f" for {launches} launches" if band is not reference else ""
+    return f"baseline {reference.value:.4g} (band {band.lower:+.1%}{pooled})"
 
 
 def _defaulted(reference: Reference) -> str:

@@ -17,7 +17,8 @@ from .launchers import LAUNCHERS
 from .report import DEFAULT_COLLECTIVES, junit_properties, write_report
 from .sessiondir import expand, point_latest, session_name
 from .runner import RunLimits
-from .suite import Suite, SuiteError, SuiteOptions, format_table
+from .suite import Suite, SuiteError, SuiteOptions
+from .tables import accuracy_rows, format_table, summary_rows
 
 SUITE_KEY = pytest.StashKey[Suite]()
 SESSION_KEY = pytest.StashKey[pytest.Session]()
@@ -291,12 +292,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     skipped = []
     if suite.accuracy_results:
         terminalreporter.section("dlscale accuracy (final validation accuracy, verdict)")
-        terminalreporter.write_line(format_table(suite.accuracy_rows()))
+        terminalreporter.write_line(format_table(accuracy_rows(suite.accuracy_results)))
         if INTERRUPTS.hurry:
             skipped.append("the accuracy plots")
         else:
             with INTERRUPTS.writing():
-                plots = suite.write_accuracy_plots(suite.options.workdir.parent / "accuracy")
+                plots = _write_accuracy_plots(suite.accuracy_results, suite.options.workdir.parent / "accuracy")
             terminalreporter.write_line("plots: " + ", ".join(str(p) for p in plots))
     if suite.results:
         _write_summary(terminalreporter, suite)
@@ -327,11 +328,18 @@ def _cores_words(suite: Suite) -> str:
     return ", ranks share the node's cores (more ranks than cores: E_G's ideal is below 1)"
 
 
+def _write_accuracy_plots(results, directory: Path) -> list[Path]:
+    from .plots_accuracy import write_all  # matplotlib: only when there is something to plot
+
+    outcomes = [r.outcome for r in results if r.outcome]
+    return write_all(outcomes, directory) if outcomes else []
+
+
 def _write_summary(terminalreporter, suite: Suite) -> None:
     terminalreporter.section("dlscale summary")
     terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, baselines {suite.baselines.path}"
                                 + _cores_words(suite))
-    terminalreporter.write_line(format_table(suite.summary_rows()))
+    terminalreporter.write_line(format_table(summary_rows(suite.results, getattr(suite, "baselines", None))))
     counts = collections.Counter(result.verdict for result in suite.results)
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
     for result in suite.results:

@@ -22,7 +22,7 @@ from .stats import tolerance_from_repeats
 from .yardstick import Yardstick, mean_of
 
 if TYPE_CHECKING:
-    from .suite import CellResult
+    from .results import AccuracyResult, CellResult
 
 METRICS = ("throughput", "efficiency")
 
@@ -54,6 +54,26 @@ def too_uncertain_to_record(results: Sequence[CellResult], widest: float) -> str
     return None
 
 
+def baseline_entries(results: Sequence[CellResult], *, config: Mapping, provenance: Mapping, band_floor: float,
+                     accept_regressions: bool, widest: float, use_yardstick: bool = True) -> tuple[list[dict], list[str]]:
+    """The entries to write for a session's ``results`` (repeats of a cell grouped into one), and a
+    line for each cell not recorded, saying why. A cell with a failed launch keeps its old entry."""
+    by_cell: dict = {}
+    for result in results:
+        by_cell.setdefault(result.cell, []).append(result)
+    entries, kept = [], []
+    for measured in by_cell.values():
+        if not all(r.ok for r in measured):
+            continue
+        why_not = why_not_recorded(measured, accept_regressions=accept_regressions, widest=widest)
+        if why_not:
+            kept.append(f"{measured[0].cell.id}: {why_not}")
+            continue
+        entries.append(baseline_entry(measured, config=config, provenance=provenance, band_floor=band_floor,
+                                      use_yardstick=use_yardstick))
+    return entries, kept
+
+
 def baseline_entry(results: Sequence[CellResult], *, config: Mapping, provenance: Mapping, band_floor: float,
                    use_yardstick: bool = True) -> dict:
     """The baseline entry of one cell from its measurements (all of the same cell, all ok)."""
@@ -78,6 +98,13 @@ def baseline_entry(results: Sequence[CellResult], *, config: Mapping, provenance
             entry["bands"][metric] = {"lower": round(lower, 4), "upper": round(upper, 4),
                                       "repeats": [round(v, 4) for v in values]}
     return entry
+
+
+def accuracy_entry(result: AccuracyResult, *, config: Mapping, provenance: Mapping) -> dict:
+    """The baseline entry of an accuracy cell: its final validation accuracy."""
+    return {"cell": result.cell.id, "metrics": {"accuracy": result.outcome["final_val_accuracy"]},
+            "config_hash": result.config_hash, "config": dict(config),
+            "provenance": {**provenance, "launcher": result.run.launcher, "ranks": result.cell.ranks}}
 
 
 def baseline_yardstick(yardsticks: Sequence[Yardstick | None]) -> Yardstick | None:

@@ -45,7 +45,9 @@ from .cells import Cell, parse_cell_id
 from .fingerprint import cpu_identity
 from .judging import Reference
 from .stats import Estimate
-from .suite import CellResult, Suite, SuiteOptions, format_table
+from .results import CellResult
+from .suite import Suite, SuiteOptions
+from .tables import format_table
 
 SELFTEST_CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1)
 RELIABLE = 0.9

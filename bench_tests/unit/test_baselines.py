@@ -118,7 +118,7 @@ def test_update_drops_a_yardstick_the_new_figures_were_not_measured_with(tmp_pat
 def test_a_measurement_too_uncertain_for_a_baseline_says_why():
     from harness.cells import Cell
     from harness.recording import too_uncertain_to_record
-    from harness.suite import CellResult
+    from harness.results import CellResult
 
     def result(throughput: Estimate, wait: float | None = None) -> CellResult:
         measured = CellResult(cell=Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1), runs=[],

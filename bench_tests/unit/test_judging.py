@@ -154,6 +154,27 @@ def test_a_machine_speed_within_the_yardsticks_own_noise_is_shown_but_not_used()
     assert "within the +-10.0%" in judge_cell(evidence(100.0, seconds=1 / 1.09), entry(), refs).verdicts[0].message
 
 
+def test_a_band_from_repeats_narrows_for_a_measurement_pooled_from_several_launches():
+    from_ten = Reference(value=100.0, lower=-0.15, upper=0.15, unit="img/s", repeats=10)
+    assert from_ten.for_launches(1) == from_ten
+    assert from_ten.for_launches(3).lower == pytest.approx(-0.15 * ((1 / 3 + 1 / 10) / (1 + 1 / 10)) ** 0.5)
+    assert BAND.for_launches(3) == BAND  # a hand-written band is taken as it is
+
+
+def test_a_pass_that_one_more_launch_could_turn_into_a_fail_is_not_settled():
+    """A 12% loss inside a one-launch band of -15% (10 repeats) is below the edge two launches
+    would have (-11.1%): inconclusive, so the cell is launched again; pooled from two launches it
+    fails. An unchanged figure passes at once."""
+    from_ten = Reference(value=100.0, lower=-0.15, upper=0.15, unit="img/s", repeats=10)
+    once = judge_throughput(interval(88.0, half=0.5), from_ten)
+    assert once.kind == "inconclusive" and "one more launch could make it a fail" in once.message
+    twice = judge_throughput(interval(88.0, half=0.5), from_ten, launches=2)
+    assert twice.kind == "fail" and "band -11.1% for 2 launches" in twice.message
+    assert judge_throughput(interval(97.0, half=0.5), from_ten).kind == "pass"
+    unchanged = judge_cell(evidence(97.0, launches=3), entry(), {"throughput": from_ten})
+    assert kinds(unchanged) == ["pass"]
+
+
 def test_a_cell_is_launched_again_while_imprecise_or_inconclusive_and_the_budget_allows():
     wide, narrow = interval(100.0, half=5.0), interval(100.0, half=1.0)
     enough = dict(precision=0.02, spent_s=10.0, next_launch_s=10.0, budget_s=45.0)

@@ -8,7 +8,7 @@ from harness.judging import Verdict
 from harness.recording import baseline_entry, why_not_recorded
 from harness.runner import CellRun
 from harness.stats import Estimate, tolerance_from_repeats
-from harness.suite import CellResult
+from harness.results import CellResult
 from harness.yardstick import Yardstick
 
 CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1)

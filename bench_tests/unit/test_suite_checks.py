@@ -3,7 +3,8 @@ import os
 
 import pytest
 
-from harness.suite import SuiteError, SuiteOptions, check_settings, unwritable
+from harness.options import SuiteError, SuiteOptions, check_settings
+from harness.preflight import unwritable
 
 
 @pytest.mark.parametrize("option, value, message", [
