@@ -7,13 +7,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Any, Mapping
 
 from .filelock import DEFAULT_TIMEOUT_S as DEFAULT_LOCK_TIMEOUT_S
 from .filelock import LockTimeout, locked
-from .jsonio import write_json_atomic
+from .jsonio import finite_number, write_json_atomic
 from .judging import Reference
 
 SCHEMA_VERSION = 1
@@ -29,9 +28,6 @@ OPTIONAL_FIELDS = {"config_hash": str, "config": dict, "fingerprint": dict, "bre
 class BaselineError(ValueError):
     pass
 
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _json_type(value: Any) -> str:
@@ -63,12 +59,12 @@ def _validate(path: Path, data: Any) -> None:
         for name in metrics:
             reference = entry[name]
             value = reference.get("value") if isinstance(reference, dict) else reference
-            if not isinstance(reference, dict) or not _number(value) or value <= 0:
+            if not isinstance(reference, dict) or not finite_number(value) or value <= 0:
                 raise bad(f"cell {cell_id!r} {name}: needs an object with a positive numeric \"value\", "
                           f"found {json.dumps(value)}")
             for edge, sign in (("lower", -1), ("upper", 1)):
                 edge_value = reference.get(edge)
-                if edge_value is not None and (not _number(edge_value) or edge_value * sign < 0):
+                if edge_value is not None and (not finite_number(edge_value) or edge_value * sign < 0):
                     raise bad(f"cell {cell_id!r} {name}: \"{edge}\" must be a relative bound "
                               f"{'<= 0' if sign < 0 else '>= 0'} or null, found {edge_value!r}")
 
@@ -123,7 +119,7 @@ class BaselineFile:
             old = data["cells"].get(cell_id, {})
             new = {key: value for key, value in old.items() if key not in METRICS}
             for metric, value in result["metrics"].items():
-                if value is None or not _number(value):
+                if value is None or not finite_number(value):
                     continue
                 band = result.get("bands", {}).get(metric) or {
                     key: old.get(metric, {}).get(key, DEFAULT_TOLERANCE[key]) for key in ("lower", "upper")}

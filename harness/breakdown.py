@@ -29,6 +29,8 @@ import math
 import statistics
 from typing import Mapping, Sequence, Union
 
+from .jsonio import finite_or_none
+
 PARTS = ("data", "compute", "communication", "optimizer")
 LABELS = {"data": "data loading", "compute": "compute (forward/backward)",
           "communication": "exposed communication", "optimizer": "optimizer step"}
@@ -77,9 +79,9 @@ class Breakdown:
 
     def to_json(self) -> dict:
         return {"rank": self.rank, "step": self.step, **self.parts(), "steps": self.steps,
-                "probe_spread": _finite(self.probe_spread), "steps_below_probe": self.steps_below_probe,
-                "shares": {part: _finite(share) for part, share in self.shares().items()},
-                "closure": _finite(self.closure)}
+                "probe_spread": finite_or_none(self.probe_spread), "steps_below_probe": self.steps_below_probe,
+                "shares": {part: finite_or_none(share) for part, share in self.shares().items()},
+                "closure": finite_or_none(self.closure)}
 
     @classmethod
     def from_json(cls, data: Mapping) -> "Breakdown":
@@ -219,7 +221,3 @@ def breakdown_rows(cell: CellBreakdown) -> list[list[str]]:
                      *(f"{getattr(b, p):.4f} ({shares[p]:.1%})" for p in PARTS),
                      f"{b.closure:.3f}", "-" if math.isnan(b.probe_spread) else f"{b.probe_spread:.1%}"])
     return rows
-
-
-def _finite(value: float) -> float | None:
-    return value if isinstance(value, (int, float)) and math.isfinite(value) else None

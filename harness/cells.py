@@ -71,7 +71,7 @@ class Workload:
         for where in ("data_dir", "tfrecord_dir"):  # where the data lives is not what is measured
             fields.pop(where)
         fields.update(framework=cell.framework, loader=cell.loader, model=cell.model)
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+        return short_hash(fields)
 
     def replace(self, **changes: Any) -> "Workload":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -141,8 +141,7 @@ class AccuracySettings:
     seed: int = 1234
 
     def config_hash(self, cell: AccuracyCell) -> str:
-        fields = {**dataclasses.asdict(self), **dataclasses.asdict(cell)}
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+        return short_hash({**dataclasses.asdict(self), **dataclasses.asdict(cell)})
 
 
 ACCURACY_SCHEDULES = ("step", "cosine", "exponential")
@@ -224,3 +223,8 @@ def _parse_accuracy_id(rest: str, ranks: int) -> AccuracyCell:
         raise ValueError(f"unknown schedule {match['schedule']!r}; valid names: {', '.join(ACCURACY_SCHEDULES)}")
     return AccuracyCell(framework=match["framework"], schedule=match["schedule"],
                         batch_per_rank=int(match["batch"]) // ranks, ranks=ranks)
+
+
+def short_hash(fields: Mapping[str, Any]) -> str:
+    """The config hash of a workload's fields: 16 hex digits of the SHA-256 of their sorted JSON."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]

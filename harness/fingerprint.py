@@ -16,9 +16,10 @@ Versions the ranks ran with come from their records (``versions``, see
 process. What the ranks do not report (MPI library, CUDA, NCCL, driver, CPU and GPU model) is
 read once in the pytest process, on the node that launches the job.
 
-Only what the cell uses is part of its stack: DeepSpeed for the ``deepspeed*`` frameworks,
-Horovod for ``horovod``, DALI for the ``dali*`` loaders, MPI when the ranks were started by Open
-MPI or the framework is Horovod, CUDA, NCCL and the driver when the ranks ran on GPUs. An upgrade
+Only what the cell uses is part of its stack: what its framework's and loader's registry entries
+name (:attr:`harness.registry.Entry.stack`: DeepSpeed, Horovod, DALI), MPI when the ranks were
+started by Open MPI or the framework talks through it, CUDA, NCCL and the driver when the ranks ran
+on GPUs. An upgrade
 of a package a cell never loads leaves its baseline valid.
 """
 from __future__ import annotations
@@ -36,6 +37,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .cells import Cell, Workload
+from .frameworks import FRAMEWORKS
+from .loaders import LOADERS
 from .provenance import cpu_model
 
 NOT_STALE = frozenset({"hardware.hosts"})
@@ -70,15 +73,12 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
     versions = [r.get("versions", {}) for r in records]
     for key in ("python", "torch", "torchvision"):
         stack[key] = _agreed(v.get(key) for v in versions)
-    framework = cell.framework if cell else ""
-    loader = cell.loader if cell else ""
-    if framework.startswith("deepspeed"):
-        stack["deepspeed"] = _agreed(v.get("deepspeed") for v in versions)
-    if framework == "horovod":
-        stack["horovod"] = _agreed(v.get("horovod") for v in versions)
-    if loader.startswith("dali"):
-        stack["dali"] = _agreed(_dali_version(v) for v in versions)
-    if framework == "horovod" or any(r.get("source") == "openmpi" for r in records):
+    backends = [registry.entry(name) for registry, name in ((FRAMEWORKS, cell.framework), (LOADERS, cell.loader))
+                if name in registry.names()] if cell else []
+    for backend in backends:
+        for fact, distribution in backend.stack.items():
+            stack[fact] = _agreed(_version(v, distribution) for v in versions)
+    if any(backend.uses_mpi for backend in backends) or any(r.get("source") == "openmpi" for r in records):
         stack["mpi"] = local.get("mpi")
         stack["mpi4py"] = _agreed(v.get("mpi4py") for v in versions)
     if gpu:
@@ -253,9 +253,13 @@ def _nvidia_driver() -> str | None:
 # --- helpers -------------------------------------------------------------------------------------------
 
 
-def _dali_version(versions: Mapping[str, str]) -> str | None:
+def _version(versions: Mapping[str, str], distribution: str) -> str | None:
+    """A distribution's version as a rank reported it; for a ``prefix*`` pattern, the first match
+    and its name (``"2.4.0 (nvidia-dali-cuda130)"``: the wheel names the CUDA it was built for)."""
+    if not distribution.endswith("*"):
+        return versions.get(distribution)
     for key in sorted(versions):
-        if key.startswith("nvidia-dali"):
+        if key.startswith(distribution[:-1]):
             return f"{versions[key]} ({key})"
     return None
 

@@ -19,7 +19,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import math
 import os
 import statistics
 import sys
@@ -28,6 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .filelock import locked
 from .interrupts import INTERRUPTS
+from .jsonio import finite_number, finite_or_none
 from .stats import Estimate, change_points
 
 SCHEMA_VERSION = 1
@@ -287,8 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _estimate(estimate: Estimate | None) -> dict | None:
     if estimate is None:
         return None
-    finite = lambda x: x if math.isfinite(x) else None  # noqa: E731 - JSON has no infinity
-    return {"value": estimate.value, "low": finite(estimate.low), "high": finite(estimate.high),
+    return {"value": estimate.value, "low": finite_or_none(estimate.low), "high": finite_or_none(estimate.high),
             "confidence": estimate.confidence}
 
 
@@ -303,7 +302,7 @@ def _invalid(row: Any) -> str | None:
         if figure is None:
             continue
         value = figure.get("value") if isinstance(figure, dict) else None
-        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+        if not (finite_number(value) and value > 0):
             return f"{metric} must be null or an object with a positive \"value\", found {figure!r}"
     return None
 

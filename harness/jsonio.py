@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -11,6 +12,17 @@ from .interrupts import INTERRUPTS
 
 
 TEMPORARY_SUFFIX = ".tmp"
+
+
+def finite_number(value: Any) -> bool:
+    """A number dlscale can compute with, as JSON gives it: an int or float, not a bool, not NaN or
+    infinite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def finite_or_none(value: Any) -> Any:
+    """``value`` where it is a finite number, else ``None`` (JSON has no infinity)."""
+    return value if finite_number(value) else None
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -15,13 +15,13 @@ results carry them (``{"value", "low", "high"}`` estimates, or ``metrics["<name>
 """
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from .breakdown import LABELS, PARTS, BreakdownUnavailable, cell_breakdown
+from .jsonio import finite_number
 
 CELL_ID = re.compile(r"^(?P<framework>[^-]+)-(?P<loader>.+)-(?P<model>[^-]+)-g(?P<ranks>\d+)$")
 PART_COLORS = {"data": "tab:orange", "compute": "tab:blue", "communication": "tab:red", "optimizer": "tab:green"}
@@ -63,13 +63,13 @@ def estimate(cell: Mapping, metric: str) -> tuple[float, float | None, float | N
     """(value, low, high) of ``metric`` ("throughput" or "efficiency") for a results-file cell;
     low/high are None where the results give no interval, None in all where no value."""
     found = cell.get(metric)
-    if isinstance(found, Mapping) and _number(found.get("value")):
+    if isinstance(found, Mapping) and finite_number(found.get("value")):
         low, high = found.get("low"), found.get("high")
-        return found["value"], low if _number(low) else None, high if _number(high) else None
+        return found["value"], low if finite_number(low) else None, high if finite_number(high) else None
     metrics = cell.get("metrics") or {}
-    if _number(metrics.get(metric)):
+    if finite_number(metrics.get(metric)):
         low, high = metrics.get(f"{metric}_low"), metrics.get(f"{metric}_high")
-        return metrics[metric], low if _number(low) else None, high if _number(high) else None
+        return metrics[metric], low if finite_number(low) else None, high if finite_number(high) else None
     return None
 
 
@@ -235,7 +235,7 @@ def plot_breakdown(cells: Sequence[Mapping], path: Path) -> Path | None:
 
 def plot_collectives(collectives: Mapping, path: Path) -> Path | None:
     """All-reduce time and bus bandwidth over message size (nccl-tests' two columns)."""
-    rows = sorted((row for row in collectives.get("results", []) if _number(row.get("time_s"))),
+    rows = sorted((row for row in collectives.get("results", []) if finite_number(row.get("time_s"))),
                   key=lambda row: row["bytes"])
     if not rows:
         return None
@@ -283,6 +283,3 @@ def _size(nbytes: int) -> str:
             return f"{nbytes / scale:g} {unit}"
     return f"{nbytes} B"
 
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 
 from .baselines import BaselineError
+from .cells import DEFAULT_MATRIX
+from .frameworks import FRAMEWORKS
 from .interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
 from .launchers import LAUNCHERS
+from .loaders import LOADERS
+from .models import MODELS
 from .report import DEFAULT_COLLECTIVES, junit_properties, write_report
 from .sessiondir import expand, point_latest, session_name
 from .runner import RunLimits
@@ -30,12 +34,14 @@ OPTIONS = (
     # (flag, dest, help, type)
     ("--launcher", "launcher", f"{', '.join(LAUNCHERS.names())} (default: srun inside an allocation or when a "
                                "Slurm cluster answers, else torchrun)", str),
-    ("--gpus", "gpus", "comma-separated rank (GPU) counts, e.g. 1,2,4 (default 1,2)", str),
-    ("--frameworks", "frameworks", "comma-separated frameworks (default: ddp, horovod and deepspeed with ZeRO "
-                                   "stages 0, 1, 2)", str),
-    ("--loaders", "loaders", "comma-separated loaders (default synthetic, native, dali-cpu, dali-cpu-tfrecord)",
-     str),
-    ("--models", "models", "comma-separated models (default resnet50)", str),
+    ("--gpus", "gpus", "comma-separated rank (GPU) counts, e.g. 1,2,4 (default "
+                       f"{','.join(map(str, DEFAULT_MATRIX.ranks))})", str),
+    ("--frameworks", "frameworks", f"comma-separated frameworks of {', '.join(FRAMEWORKS.names())} (default "
+                                   f"{', '.join(DEFAULT_MATRIX.frameworks)})", str),
+    ("--loaders", "loaders", f"comma-separated loaders of {', '.join(LOADERS.names())} (default "
+                             f"{', '.join(DEFAULT_MATRIX.loaders)})", str),
+    ("--models", "models", f"comma-separated models of {', '.join(MODELS.names())} (default "
+                           f"{', '.join(DEFAULT_MATRIX.models)})", str),
     ("--system", "system", "baseline file name (default: $DLSCALE_SYSTEM, the Slurm cluster name, or the host)", str),
     ("--baselines-dir", "baselines_dir", "directory of <system>.json baseline files (default: baselines/)", Path),
     ("--results-dir", "results_dir", "where each session gets its own directory <start time>-<job or pid> "

@@ -8,17 +8,32 @@ import socket
 import subprocess
 from pathlib import Path
 
-TRACKED_PACKAGES = ("torch", "torchvision", "numpy", "deepspeed", "horovod", "nvidia-dali-cuda130",
-                    "nvidia-dali-cuda120", "nvidia-dali-cuda110", "mpi4py")
+BASE_PACKAGES = ("torch", "torchvision", "numpy", "mpi4py")
+"""What every cell runs on; each framework and loader names its own (:attr:`harness.registry.Entry.stack`)."""
+
+
+def tracked_packages() -> list[str]:
+    from .frameworks import FRAMEWORKS
+    from .loaders import LOADERS
+
+    return [*BASE_PACKAGES, *sorted(FRAMEWORKS.distributions() | LOADERS.distributions())]
 
 
 def package_versions() -> dict[str, str]:
+    """The installed versions of the tracked distributions (a ``*`` pattern: every match)."""
     versions = {"python": platform.python_version()}
-    for name in TRACKED_PACKAGES:
+    tracked = tracked_packages()
+    for name in (name for name in tracked if not name.endswith("*")):
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             pass
+    prefixes = tuple(name[:-1] for name in tracked if name.endswith("*"))
+    if prefixes:
+        for distribution in importlib.metadata.distributions():
+            name = distribution.metadata["Name"] or ""
+            if name.lower().startswith(prefixes):
+                versions[name.lower()] = distribution.version
     return versions
 
 

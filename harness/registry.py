@@ -18,6 +18,12 @@ class Entry:
     install: str | None = None
     """How to get ``requires``, quoted in the skip reason."""
     needs_gpu: bool = False
+    stack: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The software a cell using this backend runs beyond torch, as the fingerprint names it:
+    fact -> the distribution whose version it is (a trailing ``*``: whichever installed
+    distribution has that prefix, as DALI's per-CUDA wheels). Its upgrade is named in the verdict."""
+    uses_mpi: bool = False
+    """The ranks talk through MPI: the MPI library and mpi4py are part of the stack too."""
 
 
 class Registry:
@@ -36,6 +42,10 @@ class Registry:
 
     def check(self, name: str) -> None:
         self.entry(name)
+
+    def distributions(self) -> set[str]:
+        """Every distribution some entry's stack names (``*`` patterns as written)."""
+        return {distribution for entry in self._entries.values() for distribution in entry.stack.values()}
 
     def missing(self, name: str) -> str | None:
         """Why ``name`` cannot run here (its package is not installed), or None."""

@@ -14,7 +14,6 @@ import argparse
 import datetime
 import html
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -22,6 +21,7 @@ from typing import Any, Mapping, Sequence
 from .breakdown import PARTS, BreakdownUnavailable, breakdown_rows, cell_breakdown
 from .collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes, load_collectives,
                           lower_bound_rows, parameter_count, peak_busbw)
+from .jsonio import finite_number
 from .plots import estimate, write_all
 from .projection import projection_rows, reference_rows, time_to_train_s
 
@@ -77,8 +77,8 @@ def summary_rows(cells: Sequence[Mapping]) -> tuple[list[list[str]], list[str]]:
             efficiency += f" ({cell['efficiency_source']})"
         rows.append([cell["cell"], cell.get("status", "-"), _interval(throughput, 1),
                      f"{throughput[0] / ranks:.1f}" if throughput and ranks else "-", efficiency,
-                     f"{metrics['step_time']:.4f}" if _number(metrics.get("step_time")) else "-",
-                     f"{cell['machine_speed'] - 1:+.1%}" if _number(cell.get("machine_speed")) else "-",
+                     f"{metrics['step_time']:.4f}" if finite_number(metrics.get("step_time")) else "-",
+                     f"{cell['machine_speed'] - 1:+.1%}" if finite_number(cell.get("machine_speed")) else "-",
                      str(cell.get("runs", "-")), cell.get("verdict", "-")])
         classes.append({"fail": "fail", "error": "fail", "pass": "pass"}.get(cell.get("verdict"), ""))
     return rows, classes
@@ -100,9 +100,9 @@ def junit_properties(cell_result_json: Mapping) -> list[tuple[str, Any]]:
         if found[1] is not None and found[2] is not None:
             properties += [(f"{name}_low", _round(found[1])), (f"{name}_high", _round(found[2]))]
     metrics = cell.get("metrics") or {}
-    if _number(metrics.get("step_time")):
+    if finite_number(metrics.get("step_time")):
         properties.append(("dlscale_step_s", _round(metrics["step_time"])))
-    if _number(cell.get("machine_speed")):
+    if finite_number(cell.get("machine_speed")):
         properties.append(("dlscale_machine_speed", _round(cell["machine_speed"])))
     try:
         breakdown = cell_breakdown(cell.get("records") or [])
@@ -255,11 +255,8 @@ def write_report(results: Path | Mapping, out_dir: Path, *, collectives: Path | 
 
 
 def _round(value: float) -> float:
-    return round(value, 6) if _number(value) else value
+    return round(value, 6) if finite_number(value) else value
 
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from .breakdown import CellBreakdown
 from .cells import AccuracyCell, Cell
+from .jsonio import finite_or_none
 from .judging import Verdict, overall
 from .metrics import CellMetrics
 from .runner import CellRun
@@ -91,6 +91,5 @@ class AccuracyResult:
 def estimate_json(estimate: Estimate | None) -> dict | None:
     if estimate is None:
         return None
-    finite = lambda x: x if math.isfinite(x) else None  # noqa: E731 - JSON has no infinity
-    return {"value": estimate.value, "low": finite(estimate.low), "high": finite(estimate.high),
+    return {"value": estimate.value, "low": finite_or_none(estimate.low), "high": finite_or_none(estimate.high),
             "confidence": estimate.confidence, "n_steps": estimate.n_steps}

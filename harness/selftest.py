@@ -342,7 +342,7 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
         change = f" ({rerun.throughput.value / reference.value - 1:+.1%} as measured)" if rerun.throughput else ""
         say(f"rerun {index + 1}/{len(order)} {regression.name}{' with a neighbour' if neighbour else ''}: "
             f"{_interval(rerun.throughput) if rerun.throughput else 'no figure'}{change}, {seen}, "
-            f"{rerun.launches} launch(es) -> {rerun.verdict}")
+            f"{rerun.launches} launch(es) -> {rerun.verdict}" + (f": {rerun.message}" if rerun.verdict == "error" else ""))
     return SelftestReport(config=config, regressions=regressions, launcher=recorder.launcher_name,
                           cores_per_rank=recorder.cores_per_rank, workload=dataclasses.asdict(recorder.workload()),
                           reference=reference, baseline=baseline, reruns=reruns, wall_s=time.monotonic() - started,

@@ -56,6 +56,20 @@ def test_only_what_the_cell_uses_is_in_its_stack():
     assert horovod["stack"]["horovod"] == "0.28.1" and horovod["stack"]["mpi"] == "Open MPI 4.1.6"
 
 
+def test_a_backend_names_its_own_stack_in_its_registry_entry(monkeypatch):
+    """A new framework says which distributions it runs on in its registry entry; the fingerprint
+    and the provenance follow without a line changed in either."""
+    from harness.frameworks import FRAMEWORKS
+    from harness.provenance import tracked_packages
+    from harness.registry import Entry
+
+    variant = Entry("harness.frameworks.ddp:DDPAdapter", stack={"apex": "apex"}, uses_mpi=True)
+    monkeypatch.setitem(FRAMEWORKS._entries, "ddpapex", variant)
+    fp = fingerprint(records(apex="0.9"), WORKLOAD, "ddpapex-synthetic-resnet50-g2")
+    assert fp["stack"]["apex"] == "0.9" and fp["stack"]["mpi"] == "Open MPI 4.1.6"
+    assert "apex" in tracked_packages()
+
+
 def test_gpu_cells_carry_cuda_nccl_driver_and_gpu_model():
     fp = fingerprint(records(device="cuda:0"), WORKLOAD, "ddp-synthetic-resnet50-g2")
     assert {k: fp["stack"][k] for k in ("cuda", "nccl", "driver")} == {"cuda": "13.0", "nccl": "2.27.3",

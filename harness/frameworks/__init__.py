@@ -4,8 +4,10 @@ from __future__ import annotations
 from ..registry import Entry, Registry
 
 _FRAMEWORKS_SCRIPT = "bash ci/install_frameworks.sh .venv"
-_HOROVOD = {"requires": "horovod", "install": f"{_FRAMEWORKS_SCRIPT} (builds Horovod against your torch)"}
-_DEEPSPEED = {"requires": "deepspeed", "install": f"pip install 'dlscale[deepspeed]' or {_FRAMEWORKS_SCRIPT}"}
+_HOROVOD = {"requires": "horovod", "install": f"{_FRAMEWORKS_SCRIPT} (builds Horovod against your torch)",
+            "stack": {"horovod": "horovod"}, "uses_mpi": True}
+_DEEPSPEED = {"requires": "deepspeed", "install": f"pip install 'dlscale[deepspeed]' or {_FRAMEWORKS_SCRIPT}",
+              "stack": {"deepspeed": "deepspeed"}}
 
 FRAMEWORKS = Registry("framework", {
     "ddp": Entry("harness.frameworks.ddp:DDPAdapter"),

@@ -4,7 +4,8 @@ from __future__ import annotations
 from ..registry import Entry, Registry
 
 _DALI = "harness.loaders.dali:DaliLoader"
-_NEEDS_DALI = {"requires": "nvidia.dali", "install": "pip install 'dlscale[dali]' or bash ci/install_dali.sh .venv"}
+_NEEDS_DALI = {"requires": "nvidia.dali", "install": "pip install 'dlscale[dali]' or bash ci/install_dali.sh .venv",
+               "stack": {"dali": "nvidia-dali-*"}}
 
 LOADERS = Registry("loader", {
     "synthetic": Entry("harness.loaders.synthetic:SyntheticLoader"),
