@@ -11,14 +11,55 @@ from typing import Callable, Iterable
 
 from . import allocation
 from .baselines import BaselineFile
-from .cells import parse_cell_id
+from .cells import (DEFAULT_MATRIX, AccuracyCell, Cell, Matrix, check_name, parse_cell_id, parse_names,
+                    parse_ranks)
 from .dataset import DatasetError, ensure, validate_image_folder
+from .frameworks import FRAMEWORKS
 from .history import read as read_history
-from .loaders import FILE_LOADERS, TFRECORD_LOADERS
+from .launchers import LAUNCHERS, Launcher
+from .loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
+from .models import MODELS
 from .options import SuiteError, SuiteOptions
 from .tfrecord import TFRecordError, convert, open_tfrecord_set
 
 DEFAULT_DATASET = Path(os.environ.get("DLSCALE_CACHE", Path.home() / ".cache" / "dlscale")) / "dataset"
+
+
+def matrix_of(options: SuiteOptions) -> Matrix:
+    """The cells the options ask for: each name checked against its registry."""
+    try:
+        matrix = Matrix(
+            frameworks=parse_names("--frameworks", options.frameworks, FRAMEWORKS) if options.frameworks
+            else DEFAULT_MATRIX.frameworks,
+            loaders=parse_names("--loaders", options.loaders, LOADERS) if options.loaders else DEFAULT_MATRIX.loaders,
+            models=parse_names("--models", options.models, MODELS) if options.models else DEFAULT_MATRIX.models,
+            ranks=parse_ranks(options.gpus) if options.gpus else DEFAULT_MATRIX.ranks)
+        if options.launcher:
+            check_name("--launcher", options.launcher, LAUNCHERS)
+    except ValueError as error:
+        raise SuiteError(str(error)) from None
+    return matrix
+
+
+def skip_reason(cell: Cell | AccuracyCell, gpus: bool, capacity: int, where: str) -> str | None:
+    """Why a cell of the matrix cannot run here (its package missing, no GPU, too few ranks), or None."""
+    missing = FRAMEWORKS.missing(cell.framework) or (isinstance(cell, Cell) and LOADERS.missing(cell.loader))
+    if missing:
+        return missing
+    if isinstance(cell, Cell) and LOADERS.entry(cell.loader).needs_gpu and not gpus:
+        return f"loader {cell.loader} decodes on the GPU and this machine has none"
+    if cell.ranks > capacity:
+        return f"{cell.id} needs {cell.ranks} ranks but {where}"
+    return None
+
+
+def usable_launcher(name: str, environment: dict) -> Launcher:
+    launcher = LAUNCHERS.create(name, environment=environment)
+    reason = launcher.unavailable_reason()
+    if reason:
+        raise SuiteError(f"launcher {name} is not usable: {reason}. Choose another with --launcher "
+                         f"({', '.join(LAUNCHERS.names())})")
+    return launcher
 
 
 def uses_gpus(device: str) -> bool:

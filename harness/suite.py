@@ -18,20 +18,16 @@ from typing import Callable
 from . import preflight
 from .allocation import launch_environment
 from .baselines import BaselineFile
-from .cells import (DEFAULT_MATRIX, PROFILES, AccuracyCell, AccuracySettings, Cell, Matrix, Workload,
-                    accuracy_cells, check_name, parse_names, parse_ranks)
+from .cells import PROFILES, AccuracyCell, AccuracySettings, Cell, Workload, accuracy_cells
 from .environment import capture as capture_environment
 from .evaluation import evaluate
 from .fingerprint import fingerprint_hash
-from .frameworks import FRAMEWORKS
 from .history import append as append_history
 from .history import make_row
 from .interrupts import INTERRUPTS
 from .jsonio import write_json_atomic
 from .judging import judge_accuracy, measured_enough
-from .launchers import LAUNCHERS, Launcher, default_launcher_name
-from .loaders import LOADERS
-from .models import MODELS
+from .launchers import Launcher, default_launcher_name
 from .options import REPO, SuiteError, SuiteOptions, check_settings
 from .provenance import provenance
 from .recording import accuracy_entry, baseline_entries
@@ -58,16 +54,8 @@ class Suite:
         """Cells an interrupt ended before any launch of theirs was judged."""
         self._prepared = False
         check_settings(options)
+        self.matrix = preflight.matrix_of(options)
         try:
-            self.matrix = Matrix(
-                frameworks=parse_names("--frameworks", options.frameworks, FRAMEWORKS) if options.frameworks
-                else DEFAULT_MATRIX.frameworks,
-                loaders=parse_names("--loaders", options.loaders, LOADERS) if options.loaders else DEFAULT_MATRIX.loaders,
-                models=parse_names("--models", options.models, MODELS) if options.models else DEFAULT_MATRIX.models,
-                ranks=parse_ranks(options.gpus) if options.gpus else DEFAULT_MATRIX.ranks,
-            )
-            if options.launcher:
-                check_name("--launcher", options.launcher, LAUNCHERS)
             self.launch_environment = launch_environment(options.launch_env, options.launch_env_file, os.environ)
         except ValueError as error:
             raise SuiteError(str(error)) from None
@@ -90,15 +78,7 @@ class Suite:
         return preflight.uses_gpus(self.options.device)
 
     def skip_reason(self, cell: Cell | AccuracyCell) -> str | None:
-        missing = FRAMEWORKS.missing(cell.framework) or (isinstance(cell, Cell) and LOADERS.missing(cell.loader))
-        if missing:
-            return missing
-        if isinstance(cell, Cell) and LOADERS.entry(cell.loader).needs_gpu and not self.uses_gpus:
-            return f"loader {cell.loader} decodes on the GPU and this machine has none"
-        capacity, where = self._rank_capacity()
-        if cell.ranks > capacity:
-            return f"{cell.id} needs {cell.ranks} ranks but {where}"
-        return None
+        return preflight.skip_reason(cell, self.uses_gpus, *self._rank_capacity())
 
     def _rank_capacity(self) -> tuple[int, str]:
         if self._capacity is None:
@@ -124,11 +104,7 @@ class Suite:
             preflight.check_rank_counts(options, self.matrix.ranks, *self._rank_capacity())
         preflight.check_writable_places(options)
         self.data_dir, self.tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()})
-        self.launcher: Launcher = LAUNCHERS.create(self.launcher_name, environment=self.launch_environment)
-        reason = self.launcher.unavailable_reason()
-        if reason:
-            raise SuiteError(f"launcher {self.launcher_name} is not usable: {reason}. Choose another with "
-                             f"--launcher ({', '.join(LAUNCHERS.names())})")
+        self.launcher: Launcher = preflight.usable_launcher(self.launcher_name, self.launch_environment)
         try:
             self.system = detect_system(options.system)
         except ValueError as error:
