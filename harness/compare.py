@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from .baselines import DEFAULT_TOLERANCE
+from .jsonio import finite_number
 from .judging import Evidence, Reference, judge_cell, overall
 from .stats import Estimate
 from .tables import format_interval, format_table
@@ -90,9 +91,9 @@ def _judged(old: Mapping, new: Mapping, old_config: Mapping, new_config: Mapping
 
 
 def _estimate(data: Mapping | None) -> Estimate | None:
-    if not isinstance(data, Mapping) or not isinstance(data.get("value"), (int, float)):
+    if not isinstance(data, Mapping) or not finite_number(data.get("value")):
         return None
-    edge = lambda key: float(data[key]) if isinstance(data.get(key), (int, float)) else math.nan  # noqa: E731
+    edge = lambda key: float(data[key]) if finite_number(data.get(key)) else math.nan  # noqa: E731 - null: no edge
     return Estimate(value=float(data["value"]), low=edge("low"), high=edge("high"),
                     n_steps=int(data.get("n_steps") or 0))
 

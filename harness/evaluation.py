@@ -22,7 +22,8 @@ def evaluate(result: CellResult, *, config: Mapping, baselines: BaselineFile, re
     """Fill in ``result``'s figures and verdicts from all its launches so far. ``config``: the
     workload; ``reference_cell``: the cell its E_G is relative to, taken from ``earlier`` results
     of the session or else from its baseline."""
-    baseline_wait = _baseline_wait(baselines.entry(result.cell.id))
+    entry = baselines.entry(result.cell.id)
+    baseline_wait = _baseline_wait(entry)
     trimmed = [trim_warmup(run.records) for run in result.runs]
     result.warmup_dropped = [dropped for _, dropped in trimmed]
     result.records, result.contended_runs = pool_uncontended([records for records, _ in trimmed], baseline_wait)
@@ -41,7 +42,7 @@ def evaluate(result: CellResult, *, config: Mapping, baselines: BaselineFile, re
                         outside_share=result.outside_share, breakdown=result.breakdown,
                         launches=max(1, len(result.runs) - result.contended_runs))
     references = {metric: baselines.reference(result.cell.id, metric) for metric in ("throughput", "efficiency")}
-    judgement = judge_cell(evidence, baselines.entry(result.cell.id), references, use_yardstick=use_yardstick,
+    judgement = judge_cell(evidence, entry, references, use_yardstick=use_yardstick,
                            baseline_path=str(baselines.path), baseline_wait=baseline_wait)
     result.verdicts = judgement.verdicts
     result.machine_speed, result.stack_changes = judgement.machine_speed, judgement.stack_changes

@@ -28,7 +28,8 @@ from .breakdown import CellBreakdown, attribute_regression
 from .contention import distrust
 from .fingerprint import stack_changes, stale_differences
 from .stats import BandVerdict, Estimate, needs_more_samples, verdict
-from .yardstick import DEFAULT_NOISE, Yardstick, another_machine, beyond_noise, normalise_estimate, speed_ratio
+from .yardstick import (Yardstick, another_machine, beyond_noise, launch_noise, normalise_estimate,
+                        speed_ratio)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -237,9 +238,8 @@ def speed_against_baseline(yardstick: Yardstick | None, entry: Mapping, *,
     if speed is None:
         return None, "the baseline has no yardstick of this version; re-record it to judge against machine speed"
     if not beyond_noise(speed, baseline):
-        noise = DEFAULT_NOISE if baseline.noise is None else baseline.noise
-        return speed, (f"machine {speed - 1:+.1%} by the yardstick, within the +-{noise:.1%} it strays by itself from "
-                       "launch to launch")
+        return speed, (f"machine {speed - 1:+.1%} by the yardstick, within the +-{launch_noise(baseline):.1%} it "
+                       "strays by itself from launch to launch")
     return speed, ""
 
 

@@ -34,7 +34,8 @@ class CellResult:
     yardstick: Yardstick | None = None
     """The machine's speed during the cell's launches; ``None`` for GPU cells."""
     machine_speed: float | None = None
-    """The machine's speed relative to the baseline's, when the throughput was judged normalised."""
+    """The machine's speed relative to the baseline's by the yardstick (a throughput is normalised by
+    it only where it moved beyond the yardstick's own launch-to-launch noise)."""
     cpu_wait_share: float | None = None
     """The largest share of its window a rank's threads waited for a CPU (harness.contention)."""
     outside_share: float | None = None

@@ -168,8 +168,14 @@ def beyond_noise(ratio: float | None, baseline: "Yardstick | None") -> bool:
     to the throughput's and corrects nothing."""
     if ratio is None:
         return False
-    noise = DEFAULT_NOISE if baseline is None or baseline.noise is None else baseline.noise
+    noise = launch_noise(baseline)
     return not 1 / (1 + noise) <= ratio <= 1 + noise
+
+
+def launch_noise(baseline: "Yardstick | None") -> float:
+    """How far one launch's yardstick may stray from the ``baseline``'s: what it measured among its
+    repeats, else :data:`DEFAULT_NOISE`."""
+    return DEFAULT_NOISE if baseline is None or baseline.noise is None else baseline.noise
 
 
 def another_machine(ratio: float | None, drift: float = SAME_MACHINE_DRIFT) -> str | None:
