@@ -1,19 +1,18 @@
-"""Shared settings for the suite's own tests: a workload small enough for a 2-core machine."""
+"""Fixtures shared by the suite's own tests: a tiny dataset, its TFRecord shards, a launcher."""
 import pytest
 
-from harness.cells import Workload
-from harness.dataset import ensure
-from harness.launchers import LAUNCHERS
+from harness.data.dataset import ensure
+from harness.launch.launchers import LAUNCHERS
 
-TINY = Workload(image_size=32, batch_size=8, warmup_steps=2, steps=5, num_workers=1, num_classes=10)
 
 @pytest.fixture(scope="session")
 def tiny_dataset(tmp_path_factory):
     return ensure(tmp_path_factory.mktemp("data") / "images", classes=10, per_class=8, size=48)
 
+
 @pytest.fixture(scope="session")
 def tiny_tfrecords(tiny_dataset):
-    from harness.tfrecord import convert
+    from harness.data.tfrecord import convert
 
     return convert(tiny_dataset, tiny_dataset.with_name("tfrecords"), shards=2)
 

@@ -36,7 +36,7 @@ fi
 "$repo/ci/install_frameworks.sh" "$venv"
 "$repo/ci/install_dali.sh" "$venv"
 
-"$venv/bin/python" -m harness.dataset --ensure "$cache/dataset" >&2
-"$venv/bin/python" -m harness.tfrecord --from "$cache/dataset" --to "$cache/dataset-tfrecord" >&2
+"$venv/bin/python" -m harness.data.dataset --ensure "$cache/dataset" >&2
+"$venv/bin/python" -m harness.data.tfrecord --from "$cache/dataset" --to "$cache/dataset-tfrecord" >&2
 
 "$repo/ci/slurm/start.sh"

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from .baselines import BaselineError
-from .cells import DEFAULT_MATRIX
-from .frameworks import FRAMEWORKS
-from .interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
-from .launchers import LAUNCHERS
-from .loaders import LOADERS
-from .models import MODELS
-from .report import DEFAULT_COLLECTIVES, junit_properties, write_report
-from .sessiondir import expand, point_latest, session_name
-from .runner import RunLimits
-from .suite import Suite, SuiteError, SuiteOptions
-from .tables import accuracy_rows, format_table, summary_rows
+from harness.common.interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
+from harness.config.cells import DEFAULT_MATRIX
+from harness.launch.launchers import LAUNCHERS
+from harness.launch.runner import RunLimits
+from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.loaders import LOADERS
+from harness.rank.models import MODELS
+from harness.report.html import DEFAULT_COLLECTIVES, junit_properties, write_report
+from harness.report.tables import accuracy_rows, format_table, summary_rows
+from harness.session.suite import Suite, SuiteError, SuiteOptions
+from harness.store.baselines import BaselineError
+from harness.store.sessiondir import expand, point_latest, session_name
 
 SUITE_KEY = pytest.StashKey[Suite]()
 SESSION_KEY = pytest.StashKey[pytest.Session]()
@@ -165,7 +165,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if _selected_cells(session.items):
-        # Ctrl-C, and SIGTERM from a batch system, as harness.interrupts describes (README, "Stopping a run").
+        # Ctrl-C, and SIGTERM from a batch system, as harness.common.interrupts describes (README, "Stopping a run").
         INTERRUPTS.install(session.config.stash[TERMINAL_FD_KEY])
         suite = session.config.stash[SUITE_KEY]
         try:
@@ -256,7 +256,7 @@ def _report_baseline_changes(terminalreporter, suite: Suite) -> None:
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session):
     """Record the baselines, then let the summary print. The end of the session runs whole,
-    whatever presses arrive meanwhile (harness.interrupts)."""
+    whatever presses arrive meanwhile (harness.common.interrupts)."""
     INTERRUPTS.finishing = True
     try:
         suite = session.config.stash.get(SUITE_KEY, None)
@@ -335,7 +335,7 @@ def _cores_words(suite: Suite) -> str:
 
 
 def _write_accuracy_plots(results, directory: Path) -> list[Path]:
-    from .plots_accuracy import write_all  # matplotlib: only when there is something to plot
+    from harness.report.plots_accuracy import write_all  # matplotlib: only when there is something to plot
 
     outcomes = [r.outcome for r in results if r.outcome]
     return write_all(outcomes, directory) if outcomes else []

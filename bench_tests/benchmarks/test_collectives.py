@@ -5,7 +5,7 @@ nccl-tests: busbw = algbw x 2(G-1)/G, for the backend in use (gloo on CPU, NCCL 
 
 Not part of ordinary runs: without one of those it skips. This pytest process is rank 0 and
 pytest-benchmark times its all-reduces; ranks 1..G-1 are spawned helpers that mirror them
-(harness.collectives.AllReduceGroup). G is 2 unless DLSCALE_COLLECTIVE_RANKS says otherwise.
+(harness.report.collectives.AllReduceGroup). G is 2 unless DLSCALE_COLLECTIVE_RANKS says otherwise.
 The figures go to results/collectives.json (or $DLSCALE_COLLECTIVES_JSON), which the report reads
 for each model's communication lower bound.
 """
@@ -18,9 +18,9 @@ import pytest
 
 pytest.importorskip("pytest_benchmark", reason="the collective benchmark needs pytest-benchmark")
 
-from harness.collectives import AllReduceGroup, result_row  # noqa: E402
-from harness.jsonio import write_json_atomic  # noqa: E402
-from harness.provenance import provenance  # noqa: E402
+from harness.common.jsonio import write_json_atomic  # noqa: E402
+from harness.machine.provenance import provenance  # noqa: E402
+from harness.report.collectives import AllReduceGroup, result_row  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SIZES = [4096 * 4**k for k in range(8)]  # 4 KB .. 64 MB

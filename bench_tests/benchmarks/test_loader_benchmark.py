@@ -18,10 +18,10 @@ import torch
 
 pytest.importorskip("pytest_benchmark", reason="the loader benchmark needs pytest-benchmark")
 
-from harness.cells import Workload  # noqa: E402
-from harness.dataset import ensure  # noqa: E402
-from harness.loaders import LOADERS  # noqa: E402
-from harness.rankenv import RankInfo  # noqa: E402
+from harness.data.dataset import ensure  # noqa: E402
+from harness.rank.loaders import LOADERS  # noqa: E402
+from harness.rank.rankenv import RankInfo  # noqa: E402
+from harness.rank.workload import Workload  # noqa: E402
 
 IMAGE_SIZE, BATCH_SIZE = 64, 32
 BATCHES_PER_ROUND, ROUNDS = 20, 5

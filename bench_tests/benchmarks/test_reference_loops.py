@@ -25,13 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.cells import PROFILES, Cell
-from harness.contention import wait_share
-from harness.launchers import LAUNCHERS, Launcher, LaunchRequest, with_harness_importable
-from harness.metrics import step_samples, trim_warmup
-from harness.procs import TOKEN_VARIABLE, kill_processes_with_token
-from harness.runner import free_port, run_cell
-from harness.stats import throughput_interval
+from harness.config.cells import PROFILES, Cell
+from harness.judging.metrics import step_samples, trim_warmup
+from harness.judging.stats import throughput_interval
+from harness.launch.launchers import LAUNCHERS, Launcher, LaunchRequest, with_harness_importable
+from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token
+from harness.launch.runner import run_cell
+from harness.rank.rankenv import free_port
+from harness.rank.contention import wait_share
 
 ROUNDS = 3
 FRAMEWORKS = ("ddp", "horovod", "deepspeed")
@@ -75,7 +76,7 @@ def run_harness(framework: str, ranks: int, launcher: Launcher, workdir: Path) -
 
 
 def run_reference(framework: str, ranks: int, launcher: Launcher, workdir: Path) -> Throughput:
-    """The reference loop through ``launcher``, its environment prepared as harness.runner prepares a cell's."""
+    """The reference loop through ``launcher``, its environment prepared as harness.launch.runner prepares a cell's."""
     out = workdir / f"reference-{framework}-g{ranks}"
     shutil.rmtree(out, ignore_errors=True)
     token = uuid.uuid4().hex

@@ -17,14 +17,14 @@ import sys
 import time
 from pathlib import Path
 
-import harness.runner
-from harness.cells import Cell
-from harness.interrupts import INTERRUPTS
-from harness.jsonio import write_json_atomic
-from harness.launchers import MpirunLauncher, SrunLauncher
-from harness.runner import RunLimits, run_cell
+import harness.launch.runner
+from harness.common.interrupts import INTERRUPTS
+from harness.common.jsonio import write_json_atomic
+from harness.config.cells import Cell
+from harness.launch.launchers import MpirunLauncher, SrunLauncher
+from harness.launch.runner import RunLimits, run_cell
 
-from ..conftest import TINY
+from ..workloads import TINY
 
 IFNAME = "dls0"
 CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=2)
@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             return function(*positional, **named)
         return marked
 
-    harness.runner._terminate = marking(harness.runner._terminate)
-    harness.runner.kill_processes_with_token = marking(harness.runner.kill_processes_with_token, record_token=True)
+    harness.launch.runner._terminate = marking(harness.launch.runner._terminate)
+    harness.launch.runner.kill_processes_with_token = marking(harness.launch.runner.kill_processes_with_token, record_token=True)
     launcher = LAUNCHERS[args.launcher]()
     cleanup = launcher.cleanup
 

@@ -2,12 +2,12 @@
 step, and a cell made slow in data loading on purpose is blamed on data loading."""
 import pytest
 
-from harness.breakdown import PARTS, attribute_regression, cell_breakdown
-from harness.cells import Cell
-from harness.launchers import LAUNCHERS
-from harness.runner import run_cell
+from harness.config.cells import Cell
+from harness.judging.breakdown import PARTS, attribute_regression, cell_breakdown
+from harness.launch.launchers import LAUNCHERS
+from harness.launch.runner import run_cell
 
-from ..conftest import TINY
+from ..workloads import TINY
 
 pytestmark = pytest.mark.launch
 

@@ -65,7 +65,7 @@ def _rank_of(entry: Path, environ: list[bytes]) -> int | None:
         cmdline = (entry / "cmdline").read_bytes()
     except OSError:
         return None
-    if b"harness.worker" not in cmdline or not cmdline.startswith(sys.executable.encode()):
+    if b"harness.rank.worker" not in cmdline or not cmdline.startswith(sys.executable.encode()):
         return None
     values = dict(item.split(b"=", 1) for item in environ if b"=" in item)
     value = values.get(b"OMPI_COMM_WORLD_RANK") or values.get(b"SLURM_PROCID")
@@ -187,7 +187,7 @@ def test_each_hosts_sweep_sees_only_its_own_processes(hosts):
     token sweep (its own PID namespace), and is ended by the sweep on host 1."""
     token = os.urandom(8).hex()
     env = dict(hosts, PATH=os.environ["PATH"], PYTHONPATH=str(REPO))
-    sweep = [sys.executable, "-m", "harness.procs", "sweep", token]
+    sweep = [sys.executable, "-m", "harness.launch.procs", "sweep", token]
     sleeper = subprocess.Popen([str(NETNS), "exec", "1", "env", f"DLSCALE_RUN_TOKEN={token}", sys.executable, "-c",
                                 "import time; time.sleep(120)"], env=env, start_new_session=True)
     try:

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-import harness.runner
-from harness.cells import Cell
-from harness.history import read as read_history
-from harness.launchers import SrunLauncher
-from harness.procs import processes_with_token
-from harness.runner import RunLimits, run_cell
+import harness.launch.runner
+from harness.config.cells import Cell
+from harness.launch.launchers import SrunLauncher
+from harness.launch.procs import processes_with_token
+from harness.launch.runner import RunLimits, run_cell
+from harness.store.history import read as read_history
 
-from ..conftest import TINY
+from ..workloads import TINY
 from .test_two_hosts import SUBNET, TwoHostTorchrun, hosts  # noqa: F401 - hosts is a fixture
 
 pytestmark = pytest.mark.launch
@@ -92,8 +92,8 @@ class Watch(Sampler):
         self.seen: dict[int, dict] = {}
         self.decided: float | None = None
         for name in ("_terminate", "kill_processes_with_token"):
-            original = getattr(harness.runner, name)
-            monkeypatch.setattr(harness.runner, name, self._marking(original))
+            original = getattr(harness.launch.runner, name)
+            monkeypatch.setattr(harness.launch.runner, name, self._marking(original))
 
     def _marking(self, function):
         def marked(*args, **kwargs):
@@ -122,7 +122,7 @@ def _rank_of(pid: int) -> int | None:
         environ = dict(item.split(b"=", 1) for item in items if b"=" in item)
     except OSError:
         return None
-    if b"harness.worker" not in cmdline or b"torch.distributed.run" in cmdline or cmdline.startswith(b"srun"):
+    if b"harness.rank.worker" not in cmdline or b"torch.distributed.run" in cmdline or cmdline.startswith(b"srun"):
         return None
     value = environ.get(b"RANK") or environ.get(b"SLURM_PROCID")
     return int(value) if value is not None else None
@@ -249,9 +249,9 @@ def _where_it_landed(log: str) -> str:
 STUBBORN_CELL = """
 import sys
 from pathlib import Path
-from harness.cells import Cell
-from harness.launchers import Launcher
-from harness.runner import run_cell
+from harness.config.cells import Cell
+from harness.launch.launchers import Launcher
+from harness.launch.runner import run_cell
 
 class Stubborn(Launcher):
     # A job whose processes ignore SIGTERM (a rank saving a checkpoint, a process stuck in I/O):

@@ -9,12 +9,12 @@ chaotically within a few steps, so no tolerance would be meaningful there.
 """
 import pytest
 
-from harness.cells import Cell
-from harness.launchers import LAUNCHERS
-from harness.frameworks import FRAMEWORKS
-from harness.runner import run_cell
+from harness.config.cells import Cell
+from harness.launch.launchers import LAUNCHERS
+from harness.launch.runner import run_cell
+from harness.rank.frameworks import FRAMEWORKS
 
-from ..conftest import TINY
+from ..workloads import TINY
 
 pytestmark = pytest.mark.launch
 FRAMEWORK_NAMES = ("ddp", "horovod", "deepspeed")

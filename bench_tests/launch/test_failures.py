@@ -4,11 +4,11 @@ import time
 
 import pytest
 
-from harness.cells import Cell
-from harness.procs import processes_with_token
-from harness.runner import RunLimits, run_cell
+from harness.config.cells import Cell
+from harness.launch.procs import processes_with_token
+from harness.launch.runner import RunLimits, run_cell
 
-from ..conftest import TINY
+from ..workloads import TINY
 
 pytestmark = pytest.mark.launch
 CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=2)

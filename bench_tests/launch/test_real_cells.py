@@ -3,13 +3,13 @@ import math
 
 import pytest
 
-from harness.cells import Cell
-from harness.frameworks import FRAMEWORKS
-from harness.loaders import LOADERS
-from harness.procs import processes_with_token
-from harness.runner import run_cell
+from harness.config.cells import Cell
+from harness.launch.procs import processes_with_token
+from harness.launch.runner import run_cell
+from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.loaders import LOADERS
 
-from ..conftest import TINY
+from ..workloads import TINY
 
 SOURCES = {"srun": "slurm", "mpirun": "openmpi", "torchrun": "torchrun"}
 

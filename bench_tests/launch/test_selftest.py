@@ -10,10 +10,10 @@ About 35 minutes on a 2-core machine, so it runs only when asked for:
 machinery on a tiny cell, with no claim on power, runs with the other launch tests."""
 import pytest
 
-from harness.selftest import UNCHANGED, SelftestConfig, format_report, parse_regression, run_selftest
-from harness.fingerprint import cpu_identity
+from harness.judging.fingerprint import cpu_identity
+from harness.tasks.selftest import UNCHANGED, SelftestConfig, format_report, parse_regression, run_selftest
 
-from ..conftest import TINY
+from ..workloads import TINY
 
 pytestmark = pytest.mark.launch
 RELIABLE_OF_10 = 9

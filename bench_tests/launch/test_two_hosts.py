@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.cells import Cell
-from harness.launchers import LaunchRequest, Launcher, SrunLauncher
-from harness.procs import processes_with_token
-from harness.runner import RunLimits, run_cell
+from harness.config.cells import Cell
+from harness.launch.launchers import LaunchRequest, Launcher, SrunLauncher
+from harness.launch.procs import processes_with_token
+from harness.launch.runner import RunLimits, run_cell
 
-from ..conftest import TINY
+from ..workloads import TINY
 
 pytestmark = pytest.mark.launch
 NETNS = Path(__file__).resolve().parents[2] / "ci" / "netns.sh"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.history import make_row
-from harness.history import read as read_history
+from harness.store.history import make_row
+from harness.store.history import read as read_history
 
-from ..conftest import TINY
+from ..workloads import TINY_FLAGS as BASE_FLAGS
 
 REPO = Path(__file__).resolve().parents[2]
 SCALING_TEST = REPO / "bench_tests" / "scaling" / "test_scaling.py"
@@ -27,8 +27,7 @@ SYSTEM = "badsys"
 CELL = "ddp-synthetic-resnet50-g1"
 BASELINE = "baselines/badsys.json"
 HISTORY = "history/badsys.jsonl"
-TINY_FLAGS = ["--image-size", str(TINY.image_size), "--batch-size", str(TINY.batch_size), "--steps", str(TINY.steps),
-              "--warmup-steps", str(TINY.warmup_steps), "--num-workers", str(TINY.num_workers), "--measure-budget", "0"]
+TINY_FLAGS = [*BASE_FLAGS, "--measure-budget", "0"]
 
 
 def baseline(throughput: dict | None = None, cell: str = CELL, **top) -> str:

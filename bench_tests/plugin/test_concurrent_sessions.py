@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.history import read as read_history
+from harness.store.history import read as read_history
 
 from .test_suite_flow import SCALING_TEST, TINY_FLAGS
 

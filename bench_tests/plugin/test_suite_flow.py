@@ -5,13 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import TINY
+from ..workloads import TINY_FLAGS as BASE_FLAGS
 
 pytestmark = pytest.mark.launch
 SCALING_TEST = Path(__file__).resolve().parents[1] / "scaling" / "test_scaling.py"
-TINY_FLAGS = ["--image-size", str(TINY.image_size), "--batch-size", str(TINY.batch_size), "--steps", str(TINY.steps),
-              "--warmup-steps", str(TINY.warmup_steps), "--num-workers", str(TINY.num_workers),
-              "--widest-baseline", "inf"]  # five steps make no precise baseline; these tests are about the flow
+TINY_FLAGS = [*BASE_FLAGS, "--widest-baseline", "inf"]  # five steps make no precise baseline; these tests are about the flow
 
 
 @pytest.fixture

@@ -1,12 +1,16 @@
-"""The harness package's import graph has no cycle: every module can be read (and tested) with
-only the modules below it. Imports inside functions (a framework imported lazily) and under
-``TYPE_CHECKING`` are not part of the graph: they run after every module has loaded."""
+"""The harness package's import graph has no cycle and no upward arrow: every module can be read
+(and tested) with only the modules below it, and each package imports only from its own layer or
+the layers below (README, "Architecture"). Imports inside functions (a framework imported lazily,
+the worker composing a rank) and under ``TYPE_CHECKING`` are not part of the graph: they run after
+every module has loaded."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 HARNESS = Path(__file__).resolve().parents[2] / "harness"
+LAYERS = ("common", "machine", "data", "rank", "config", "judging", "launch", "store", "session", "report", "tasks")
+"""The packages from the bottom up; ``harness.plugin``, the pytest entry point, sits above them all."""
 
 
 def module_name(path: Path) -> str:
@@ -69,5 +73,26 @@ def test_the_cycle_finder_finds_one():
 
 def test_the_harness_has_no_import_cycle():
     edges = graph()
-    assert "harness.judging" in edges["harness.evaluation"]  # the graph is read at all
+    assert "harness.judging.verdicts" in edges["harness.session.evaluation"]  # the graph is read at all
     assert cycle_in(edges) is None, " -> ".join(cycle_in(edges))
+
+
+def layer_of(module: str) -> int:
+    package = module.split(".")[1]
+    return LAYERS.index(package) if package in LAYERS else len(LAYERS)
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{source} -> {target}" for source, targets in edges.items() for target in targets
+                  if layer_of(target) > layer_of(source))
+
+
+def test_every_harness_module_lives_in_a_layer():
+    loose = [name for name in graph() if name.count(".") < 1 or
+             (name.split(".")[1] not in LAYERS and name not in ("harness.plugin",))]
+    assert loose == ["harness"]
+
+
+def test_no_package_imports_from_a_layer_above_it():
+    assert upward_imports({"harness.rank.x": {"harness.session.y"}}) == ["harness.rank.x -> harness.session.y"]
+    assert upward_imports(graph()) == []

@@ -1,0 +1,68 @@
+import pytest
+
+from harness.config.cells import Cell, Matrix, accuracy_cells, parse_cell_id, parse_names, parse_ranks
+from harness.rank.loaders import LOADERS
+from harness.rank.workload import Workload
+
+
+def test_cell_ids():
+    assert Cell(framework="ddp", loader="native", model="resnet50", ranks=2).id == "ddp-native-resnet50-g2"
+    cell = Cell(framework="deepspeed_zero2", loader="dali-cpu-tfrecord", model="resnet152", ranks=16)
+    assert cell.id == "deepspeed_zero2-dali-cpu-tfrecord-resnet152-g16"
+
+
+def test_matrix_orders_each_series_by_rank_count():
+    cells = Matrix(frameworks=("ddp",), loaders=("synthetic",), models=("resnet50", "resnet101"), ranks=(4, 1, 2)).cells()
+    assert [c.id for c in cells] == ["ddp-synthetic-resnet50-g1", "ddp-synthetic-resnet50-g2", "ddp-synthetic-resnet50-g4",
+                                     "ddp-synthetic-resnet101-g1", "ddp-synthetic-resnet101-g2", "ddp-synthetic-resnet101-g4"]
+
+
+@pytest.mark.parametrize("field, name, kind", [
+    ("frameworks", "tensorflow", "framework"), ("loaders", "ffcv", "loader"), ("models", "vgg16", "model"),
+])
+def test_unknown_names_list_the_valid_ones(field, name, kind):
+    with pytest.raises(ValueError, match=f"unknown {kind} '{name}'; valid names: "):
+        Matrix(**{field: (name,)})
+
+
+def test_an_option_naming_no_registered_name_is_named():
+    assert parse_names("--loaders", " native, dali-cpu ", LOADERS) == ("native", "dali-cpu")
+    with pytest.raises(ValueError, match="^--loaders: unknown loader 'ffcv'; valid names: synthetic, "):
+        parse_names("--loaders", "native,ffcv", LOADERS)
+    with pytest.raises(ValueError, match="^--loaders: no name given; valid names: synthetic, "):
+        parse_names("--loaders", ",", LOADERS)
+
+
+@pytest.mark.parametrize("text", ["1,two", "0", "-1", "1,0", ","])
+def test_rank_counts_must_be_positive_numbers(text):
+    with pytest.raises(ValueError, match=f"--gpus takes comma-separated positive rank counts .*; got '{text}'"):
+        parse_ranks(text)
+
+
+def test_every_cell_id_parses_back_to_its_cell():
+    for cell in [*Matrix(ranks=(1, 2, 16), loaders=("synthetic", "dali-gpu-tfrecord")).cells(), *accuracy_cells()]:
+        assert parse_cell_id(cell.id) == cell
+
+
+@pytest.mark.parametrize("cell_id, why", [
+    ("ddp-synthetic-resnet49-g1", "unknown model 'resnet49'; valid names: resnet50"),
+    ("tensorflow-synthetic-resnet50-g1", "unknown framework 'tensorflow'"),
+    ("ddp-ffcv-resnet50-g2", "unknown loader 'ffcv'"),
+    ("ddp-synthetic-resnet50-g0", "not of the form <framework>-<loader>-<model>-g<ranks>"),
+    ("ddp-resnet50-g1", "not of the form"),
+    ("accuracy-ddp-linear-b32-g1", "unknown schedule 'linear'"),
+    ("accuracy-ddp-step-b33-g2", "the batch a multiple of the ranks"),
+])
+def test_ids_of_no_cell_say_why(cell_id, why):
+    with pytest.raises(ValueError) as error:
+        parse_cell_id(cell_id)
+    assert str(error.value).startswith(f"cell id {cell_id!r}: ") and why in str(error.value)
+
+
+def test_config_hash_follows_what_is_measured_not_where_data_lives():
+    cell = Cell(framework="ddp", loader="native", model="resnet50", ranks=1)
+    base = Workload()
+    assert base.config_hash(cell) == base.replace(data_dir="/elsewhere").config_hash(cell)
+    assert base.config_hash(cell) != base.replace(image_size=64).config_hash(cell)
+    other = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1)
+    assert base.config_hash(cell) != base.config_hash(other)

@@ -1,0 +1,171 @@
+"""Unit tests of harness.judging.fingerprint: what is collected, and which differences make a baseline stale."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+from harness.config.cells import Cell
+from harness.judging.fingerprint import (cpu_identity, fingerprint, fingerprint_hash, parse_cell_id, stack_changes,
+                                 stale_differences)
+from harness.judging import fingerprint as fp_module
+from harness.rank.workload import Workload
+
+WORKLOAD = dataclasses.asdict(Workload(image_size=64, batch_size=16, data_dir="/data/a"))
+REAL_LOCAL_FACTS = fp_module._local_facts
+VERSIONS = {"python": "3.11.7", "torch": "2.14.1", "torchvision": "0.29.1", "numpy": "2.1.0",
+            "deepspeed": "0.19.8", "horovod": "0.28.1", "nvidia-dali-cuda130": "2.4.0", "mpi4py": "4.1.2"}
+
+
+def records(hosts=("node1", "node1"), device="cpu", source="torchrun", **versions) -> list[dict]:
+    return [{"rank": i, "host": host, "device": device, "threads": 4, "source": source,
+             "versions": {**VERSIONS, **versions}} for i, host in enumerate(hosts)]
+
+
+@pytest.fixture(autouse=True)
+def fixed_local_facts(monkeypatch):
+    """The launching node's facts, fixed: the tests must not depend on this machine."""
+    cpu = {"cpu": "Xeon 8480", "cpu_id": "GenuineIntel family 6 model 143 stepping 8",
+           "isa": "avx2 avx512f avx512_bf16 amx_tile amx_bf16", "memory_gib": 1024, "cores": 112,
+           "mpi": "Open MPI 4.1.6"}
+    facts = {False: cpu,
+             True: {**cpu, "cuda": "13.0", "nccl": "2.27.3", "driver": "580.65", "gpu": "NVIDIA H100 80GB HBM3",
+                    "gpus_per_node": 8}}
+    monkeypatch.setattr(fp_module, "_local_facts", lambda gpu: facts[gpu])
+
+
+def test_stack_hardware_and_config_of_a_cpu_ddp_cell():
+    fp = fingerprint(records(), WORKLOAD, "ddp-synthetic-resnet50-g2")
+    assert fp["stack"] == {"python": "3.11.7", "torch": "2.14.1", "torchvision": "0.29.1"}
+    assert fp["hardware"] == {"cpu": "Xeon 8480", "cpu_id": "GenuineIntel family 6 model 143 stepping 8",
+                              "isa": "avx2 avx512f avx512_bf16 amx_tile amx_bf16", "memory_gib": 1024,
+                              "cores": 112, "nodes": 1, "hosts": "node1", "ranks": 2, "device": "cpu",
+                              "threads_per_rank": 4}
+    cell = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=2)
+    assert fp["config_hash"] == Workload(**WORKLOAD).config_hash(cell)
+    assert "data_dir" not in fp["config"] and fp["config"]["image_size"] == 64
+
+
+def test_only_what_the_cell_uses_is_in_its_stack():
+    fp = fingerprint(records(source="openmpi"), WORKLOAD, "deepspeed_zero1-dali-cpu-tfrecord-resnet50-g2")
+    assert fp["stack"]["deepspeed"] == "0.19.8"
+    assert fp["stack"]["dali"] == "2.4.0 (nvidia-dali-cuda130)"
+    assert fp["stack"]["mpi"] == "Open MPI 4.1.6" and fp["stack"]["mpi4py"] == "4.1.2"
+    assert "horovod" not in fp["stack"]
+    horovod = fingerprint(records(), WORKLOAD, "horovod-native-resnet50-g2")
+    assert horovod["stack"]["horovod"] == "0.28.1" and horovod["stack"]["mpi"] == "Open MPI 4.1.6"
+
+
+def test_a_backend_names_its_own_stack_in_its_registry_entry(monkeypatch):
+    """A new framework says which distributions it runs on in its registry entry; the fingerprint
+    and the provenance follow without a line changed in either."""
+    from harness.rank.frameworks import FRAMEWORKS
+    from harness.machine.provenance import tracked_packages
+    from harness.common.registry import Entry
+
+    variant = Entry("harness.rank.frameworks.ddp:DDPAdapter", stack={"apex": "apex"}, uses_mpi=True)
+    monkeypatch.setitem(FRAMEWORKS._entries, "ddpapex", variant)
+    fp = fingerprint(records(apex="0.9"), WORKLOAD, "ddpapex-synthetic-resnet50-g2")
+    assert fp["stack"]["apex"] == "0.9" and fp["stack"]["mpi"] == "Open MPI 4.1.6"
+    assert "apex" in tracked_packages()
+
+
+def test_gpu_cells_carry_cuda_nccl_driver_and_gpu_model():
+    fp = fingerprint(records(device="cuda:0"), WORKLOAD, "ddp-synthetic-resnet50-g2")
+    assert {k: fp["stack"][k] for k in ("cuda", "nccl", "driver")} == {"cuda": "13.0", "nccl": "2.27.3",
+                                                                        "driver": "580.65"}
+    assert fp["hardware"]["gpu"] == "NVIDIA H100 80GB HBM3" and fp["hardware"]["gpus_per_node"] == 8
+    assert fp["hardware"]["device"] == "cuda"
+
+
+def test_another_torch_version_is_a_change_to_judge_not_a_stale_baseline():
+    baseline = fingerprint(records(torch="2.13.0"), WORKLOAD, "ddp-synthetic-resnet50-g2")
+    current = fingerprint(records(), WORKLOAD, "ddp-synthetic-resnet50-g2")
+    assert stale_differences(baseline, current) == []
+    assert stack_changes(baseline, current) == ["torch 2.13.0 -> 2.14.1"]
+    assert fingerprint_hash(baseline) != fingerprint_hash(current)
+
+
+def test_host_names_alone_do_not_make_a_baseline_stale():
+    baseline = fingerprint(records(hosts=("old-a", "old-a")), WORKLOAD, "ddp-synthetic-resnet50-g2")
+    current = fingerprint(records(hosts=("new-b", "new-b")), WORKLOAD, "ddp-synthetic-resnet50-g2")
+    assert baseline["hardware"]["hosts"] != current["hardware"]["hosts"]
+    assert stale_differences(baseline, current) == [] and stack_changes(baseline, current) == []
+    assert fingerprint_hash(baseline) == fingerprint_hash(current)
+
+
+def test_node_count_hardware_and_config_differences_are_stale():
+    base = fingerprint(records(), WORKLOAD, "ddp-synthetic-resnet50-g2")
+    two_nodes = fingerprint(records(hosts=("a", "b")), WORKLOAD, "ddp-synthetic-resnet50-g2")
+    assert stale_differences(base, two_nodes) == ["hardware.nodes: 1 -> 2"]
+    other_cpu = copy.deepcopy(base)
+    other_cpu["hardware"]["cpu"] = "EPYC 9654"
+    assert stale_differences(base, other_cpu) == ["hardware.cpu: Xeon 8480 -> EPYC 9654"]
+    bigger = fingerprint(records(), {**WORKLOAD, "image_size": 224}, "ddp-synthetic-resnet50-g2")
+    differences = stale_differences(base, bigger)
+    assert "config.image_size: 64 -> 224" in differences and any(d.startswith("config_hash: ") for d in differences)
+
+
+def test_data_location_is_not_a_difference():
+    base = fingerprint(records(), WORKLOAD, "ddp-native-resnet50-g2")
+    moved = fingerprint(records(), {**WORKLOAD, "data_dir": "/scratch/b"}, "ddp-native-resnet50-g2")
+    assert stale_differences(base, moved) == []
+
+
+def test_missing_field_and_disagreeing_ranks():
+    base = fingerprint(records(device="cuda:0"), WORKLOAD, "ddp-synthetic-resnet50-g2")
+    current = copy.deepcopy(base)
+    del current["stack"]["driver"]
+    assert stack_changes(base, current) == ["driver 580.65 -> (none)"] and stale_differences(base, current) == []
+    mixed = records()
+    mixed[1]["versions"] = {**VERSIONS, "torch": "2.13.0"}
+    assert fingerprint(mixed, WORKLOAD, "ddp-synthetic-resnet50-g2")["stack"]["torch"] == "2.13.0 / 2.14.1"
+
+
+def test_baseline_without_fingerprint_has_no_differences():
+    assert stale_differences(None, fingerprint(records(), WORKLOAD, "ddp-synthetic-resnet50-g2")) == []
+
+
+def test_cell_ids_parse_and_other_ids_need_a_config_hash():
+    assert parse_cell_id("ddp-dali-cpu-tfrecord-resnet50-g4") == Cell(framework="ddp", loader="dali-cpu-tfrecord",
+                                                                         model="resnet50", ranks=4)
+    assert parse_cell_id("accuracy-ddp-step-b32-g1") is None
+    with pytest.raises(ValueError, match="pass config_hash"):
+        fingerprint(records(), WORKLOAD, "accuracy-ddp-step-b32-g1")
+    assert fingerprint(records(), WORKLOAD, "accuracy-ddp-step-b32-g1", config_hash="abc")["config_hash"] == "abc"
+
+
+def test_local_facts_of_this_machine_are_read_once():
+    facts = REAL_LOCAL_FACTS(False)
+    assert facts["cores"] >= 1 and facts["cpu"]
+    assert facts["mpi"] is None or isinstance(facts["mpi"], str)
+    assert REAL_LOCAL_FACTS(False) is facts
+
+
+def test_same_cpu_name_other_silicon_is_stale_and_says_which_fact():
+    """Two VMs both called "AMD EPYC" run different kernels when their family, model or ISA differ."""
+    base = fingerprint(records(), WORKLOAD, "ddp-synthetic-resnet50-g1")
+    other = copy.deepcopy(base)
+    other["hardware"].update(cpu_id="GenuineIntel family 6 model 106 stepping 6", isa="avx2 avx512f")
+    assert stale_differences(base, other) == [
+        "hardware.cpu_id: GenuineIntel family 6 model 143 stepping 8 -> GenuineIntel family 6 model 106 stepping 6",
+        "hardware.isa: avx2 avx512f avx512_bf16 amx_tile amx_bf16 -> avx2 avx512f"]
+
+
+def test_a_hardware_fact_the_baseline_predates_is_unknown_not_a_difference():
+    current = fingerprint(records(), WORKLOAD, "ddp-synthetic-resnet50-g1")
+    older = copy.deepcopy(current)
+    for fact in ("cpu_id", "isa", "memory_gib"):
+        del older["hardware"][fact]
+    assert stale_differences(older, current) == []
+
+
+def test_cpu_identity_from_cpuinfo():
+    cpuinfo = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+               "model name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu sse avx avx2 avx512f avx512_bf16 vaes\n\n"
+               "processor\t: 1\nvendor_id\t: AuthenticAMD\n")
+    assert cpu_identity(cpuinfo) == {"cpu_id": "AuthenticAMD family 25 model 17 stepping 1",
+                                     "isa": "avx2 avx512f avx512_bf16"}
+    assert cpu_identity("vendor_id : ARM\nflags : fp asimd\n")["isa"].startswith("none of avx2")
+    assert cpu_identity("") == {}

@@ -1,0 +1,121 @@
+"""harness.rank.contention: a rank's wait for a CPU, read from the kernel's schedstat, and the share of its
+own cores' time that work outside its process tree took, read from /proc/stat and /proc/<pid>/stat."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.judging.metrics import drop_leading_steps, pool_runs
+from harness.judging.verdicts import Verdict
+from harness.rank.contention import (TICKS_PER_S, contended, distrust, launch_contended, outside_share, runqueue_wait_s,
+                                tree_ticks, wait_share)
+
+BUSY = """
+import time
+from harness.rank.contention import runqueue_wait_s
+end = time.process_time() + 1.0
+while time.process_time() < end:
+    pass
+print(runqueue_wait_s())
+"""
+
+
+def test_own_wait_is_a_number_and_a_missing_process_has_none():
+    assert runqueue_wait_s() >= 0
+    assert runqueue_wait_s(2**22 + 7) is None
+
+
+def test_more_busy_processes_than_cores_wait_for_them():
+    count = 2 * (os.cpu_count() or 1) + 1
+    children = [subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True)
+                for _ in range(count)]
+    waits = [float(child.communicate(timeout=120)[0]) for child in children]
+    # each needs 1 s of CPU with more than twice as many processes as cores: together they wait
+    # for well over a second (about count/2 seconds)
+    assert sum(waits) > 1.0, waits
+
+
+def test_share_is_the_worst_rank_over_its_steps_and_needs_every_rank():
+    records = [{"rank": 0, "cpu_wait": [0.0, 0.1], "step_times": [0.5, 0.5]},
+               {"rank": 1, "cpu_wait": [0.3, 0.1], "step_times": [1.0, 1.0]}]
+    assert wait_share(records) == pytest.approx(0.2)
+    assert wait_share([records[0], {"rank": 1, "step_times": [1.0, 1.0]}]) is None
+    assert wait_share([{"rank": 0, "cpu_wait": [0.1], "step_times": [1.0, 1.0]}]) is None
+    assert wait_share([]) is None
+
+
+def test_a_fail_is_distrusted_only_when_the_wait_grew_past_the_baseline():
+    fail = Verdict(kind="fail", message="throughput -20%")
+    assert distrust(fail, 0.02, 0.01) == fail
+    assert distrust(fail, 0.30, 0.28) == fail  # a cell whose own workers always make it wait
+    grown = distrust(fail, 0.20, 0.01)
+    assert grown.kind == "inconclusive" and "waited for a CPU for 20% of the step time" in grown.message and "1% when" in grown.message
+    unknown = distrust(fail, 0.20, None)
+    assert unknown.kind == "fail" and "other work on the node?" in unknown.message
+    passing = Verdict(kind="pass", message="ok")
+    assert distrust(passing, 0.5, 0.0) == passing
+    assert contended(0.2, 0.1) and not contended(0.2, None) and not contended(None, 0.0)
+
+
+def test_waits_are_trimmed_and_pooled_with_the_steps():
+    record = {"rank": 0, "step_times": [1.0, 0.5, 0.5], "cpu_wait": [0.9, 0.0, 0.1], "images": 24, "window_s": 2.0}
+    trimmed = drop_leading_steps([record], 1)
+    assert trimmed[0]["cpu_wait"] == [0.0, 0.1]
+    assert pool_runs([trimmed, trimmed])[0]["cpu_wait"] == [0.0, 0.1, 0.0, 0.1]
+
+
+SPIN = "import os, time\nos.sched_setaffinity(0, {0})\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass"
+RANK = """
+import time
+from harness.rank.contention import OutsideWork
+work = OutsideWork({0})
+time.sleep(2.0)
+print(work.read())
+"""
+
+
+def test_a_childs_cpu_time_is_its_parents_own_alive_exited_and_reaped():
+    """A DataLoader worker is the rank's child: its CPU time is the rank's own, not outside work."""
+    before = tree_ticks()
+    child = subprocess.Popen([sys.executable, "-c", SPIN])
+    time.sleep(0.8)
+    alive = tree_ticks() - before
+    assert alive >= 0.2 * TICKS_PER_S and tree_ticks(child.pid) is not None
+    while child.poll() is None and tree_ticks(child.pid) is not None:
+        time.sleep(0.05)
+    child.wait()
+    assert tree_ticks() - before >= alive
+    assert tree_ticks(2**22 + 7) is None
+
+
+def test_another_process_on_the_ranks_core_is_outside_work():
+    """A 'rank' owning core 0 sleeps 2 s while another process (as another job is) spins there for
+    1.5 s. Any other load on core 0 adds to it, so only a lower limit holds on a shared machine."""
+    outsider = subprocess.Popen([sys.executable, "-c", SPIN])
+    rank = subprocess.run([sys.executable, "-c", RANK], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    outsider.wait()
+    assert float(rank.stdout.strip()) > 1.0, rank.stdout + rank.stderr
+
+
+def test_outside_share_is_the_worst_rank_over_its_own_cores_and_needs_every_rank():
+    records = [{"rank": 0, "outside_cpu": [0.0, 0.1], "step_times": [0.5, 0.5], "cores": [0]},
+               {"rank": 1, "outside_cpu": [0.4, 0.4], "step_times": [1.0, 1.0], "cores": [1, 2]}]
+    assert outside_share(records) == pytest.approx(0.2)
+    assert outside_share([records[0], {"rank": 1, "step_times": [1.0], "cores": [1]}]) is None
+    assert outside_share([{"rank": 0, "outside_cpu": [0.1], "step_times": [1.0]}]) is None  # not bound: unknown
+
+
+def test_a_wait_the_cells_own_processes_made_never_excuses_a_fail():
+    fail = Verdict(kind="fail", message="throughput -20%")
+    # a loader whose workers now take the rank's core: the rank waits 30%, nothing outside took it
+    own = distrust(fail, 0.30, 0.02, outside=0.01)
+    assert own.kind == "fail" and "its own processes (loader workers, framework threads) made that wait" in own.message
+    # another job took 20% of the cores: the fail is not trusted, whatever the baseline's wait
+    taken = distrust(fail, 0.25, 0.25, outside=0.20)
+    assert taken.kind == "inconclusive" and "work outside the cell took 20% of its cores' time" in taken.message
+    assert contended(0.0, None, outside=0.2) and not contended(0.9, 0.0, outside=0.01)
+    quiet = [{"rank": 0, "outside_cpu": [0.0], "cpu_wait": [0.5], "step_times": [1.0], "cores": [0]}]
+    assert not launch_contended(quiet, 0.0)

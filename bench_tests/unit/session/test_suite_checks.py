@@ -1,0 +1,72 @@
+"""The suite's checks of its options before any cell starts (harness.session.suite)."""
+import os
+
+import pytest
+
+from harness.config.options import SuiteError, SuiteOptions, check_settings
+from harness.session.preflight import unwritable
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("repeat", 0, "--repeat must be at least 1, got 0"),
+    ("steps", 0, "--steps must be at least 1, got 0"),
+    ("warmup_steps", -1, "--warmup-steps must be at least 0, got -1"),
+    ("measure_budget", float("nan"), "--measure-budget must be at least 0, got nan"),
+    ("precision", 0.0, "--precision must be greater than 0, got 0.0"),
+    ("hang_timeout", -5.0, "--hang-timeout must be greater than 0, got -5.0"),
+    ("profile", "huge", "--profile: unknown profile 'huge'; valid names: auto, study, cpu-small"),
+    ("device", "gpu", "--device: unknown device 'gpu'; valid names: auto, cpu, cuda"),
+])
+def test_a_setting_no_cell_can_run_with_is_named(option, value, message):
+    with pytest.raises(SuiteError) as error:
+        check_settings(SuiteOptions(**{option: value}))
+    assert str(error.value) == message
+
+
+def test_the_defaults_and_the_smallest_settings_pass():
+    check_settings(SuiteOptions())
+    check_settings(SuiteOptions(steps=1, warmup_steps=0, num_workers=0, repeat=1, measure_budget=0, precision=1e-6))
+
+
+def test_a_directory_to_be_made_under_a_file_is_unwritable(tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert unwritable(tmp_path / "file" / "deeper" / "dir") == f"{tmp_path / 'file'} is not a directory"
+    assert unwritable(tmp_path / "new" / "dir") is None
+    assert unwritable(tmp_path) is None
+
+
+def test_a_relative_directory_is_checked_from_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("x")
+    assert unwritable(os.path.join("file", "results")) == f"{tmp_path / 'file'} is not a directory"
+    assert unwritable("results") is None
+
+
+@pytest.mark.parametrize("gpus, asked, expected", [
+    ("1,2", None, 2),   # 4 cores, at most 2 ranks on the node: 2 each, in every cell
+    ("1,2,4", None, 1),
+    ("1,2", 1, 1),
+    ("8", None, None),  # more ranks than cores: they share, unbound
+])
+def test_cpu_ranks_own_the_same_cores_in_every_cell(monkeypatch, gpus, asked, expected):
+    from harness.session.suite import Suite
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_JOBID", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    suite = Suite(SuiteOptions(device="cpu", gpus=gpus, frameworks="ddp", loaders="synthetic", cores_per_rank=asked))
+    suite._capacity = (8, "a test machine")
+    assert suite._cores_per_rank() == expected
+
+
+def test_more_cores_per_rank_than_the_node_holds_is_an_error(monkeypatch):
+    from harness.session.suite import Suite
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_JOBID", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    suite = Suite(SuiteOptions(device="cpu", gpus="1,2", frameworks="ddp", loaders="synthetic", cores_per_rank=3))
+    suite._capacity = (8, "a test machine")
+    with pytest.raises(SuiteError, match=r"--cores-per-rank 3: the largest cell puts 2 rank\(s\) on a node of 4 "
+                                         r"core\(s\), which holds at most 2 per rank"):
+        suite._cores_per_rank()
