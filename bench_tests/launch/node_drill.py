@@ -55,8 +55,9 @@ def main(argv: list[str] | None = None) -> int:
             return function(*positional, **named)
         return marked
 
-    harness.launch.runner._terminate = marking(harness.launch.runner._terminate)
-    harness.launch.runner.kill_processes_with_token = marking(harness.launch.runner.kill_processes_with_token, record_token=True)
+    runner = harness.launch.runner
+    runner._terminate = marking(runner._terminate)
+    runner.kill_processes_with_token = marking(runner.kill_processes_with_token, record_token=True)
     launcher = LAUNCHERS[args.launcher]()
     cleanup = launcher.cleanup
 

@@ -24,6 +24,12 @@ class Entry:
     distribution has that prefix, as DALI's per-CUDA wheels). Its upgrade is named in the verdict."""
     uses_mpi: bool = False
     """The ranks talk through MPI: the MPI library and mpi4py are part of the stack too."""
+    knobs: tuple[str, ...] = ()
+    """Workload fields only this backend reads: part of its cells' configuration hash, and of no
+    other cell's, so that changing one makes only its cells' baselines stale."""
+    reads: str | None = None
+    """The data a loader reads: ``"folder"`` (an ImageFolder tree), ``"tfrecord"`` (indexed shards)
+    or nothing."""
 
 
 class Registry:

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import re
-from typing import Mapping
+from typing import Any, Mapping
 
 from harness.common.registry import Registry
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
-from harness.rank.workload import Workload, short_hash
+from harness.rank.workload import Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -158,6 +160,18 @@ def parse_cell_id(cell_id: str) -> Cell | AccuracyCell:
         raise ValueError(f"cell id {cell_id!r}: {error}") from None
 
 
+def scaling_cell(cell_id: str) -> Cell | None:
+    """The :class:`Cell` behind ``<framework>-<loader>-<model>-g<ranks>`` without checking its names
+    against the registries (a baseline may name a backend this installation lacks); ``None`` for
+    an accuracy cell's id or one of another form. Framework and model names hold no ``-``; loader
+    names may (``dali-cpu-tfrecord``)."""
+    match = re.fullmatch(r"([^-]+)-(.+)-([^-]+)-g(\d+)", cell_id)
+    if not match or cell_id.startswith("accuracy-"):
+        return None
+    framework, loader, model, ranks = match.groups()
+    return Cell(framework=framework, loader=loader, model=model, ranks=int(ranks))
+
+
 def _parse_cell_id(rest: str, ranks: int) -> Cell:
     framework, *loader, model = rest.split("-")  # framework and model names hold no "-"; loader names may
     if not loader:
@@ -177,3 +191,38 @@ def _parse_accuracy_id(rest: str, ranks: int) -> AccuracyCell:
         raise ValueError(f"unknown schedule {match['schedule']!r}; valid names: {', '.join(ACCURACY_SCHEDULES)}")
     return AccuracyCell(framework=match["framework"], schedule=match["schedule"],
                         batch_per_rank=int(match["batch"]) // ranks, ranks=ranks)
+
+
+WHERE_DATA_LIVES = ("data_dir", "tfrecord_dir")
+"""Workload fields that say where the data is, not what is measured: in no configuration hash."""
+
+
+def _knobs() -> dict[str, set[str]]:
+    """Each backend-specific workload field -> the backends (framework, loader and model names)
+    that read it."""
+    owners: dict[str, set[str]] = {}
+    for registry in (FRAMEWORKS, LOADERS, MODELS):
+        for name in registry.names():
+            for knob in registry.entry(name).knobs:
+                owners.setdefault(knob, set()).add(name)
+    return owners
+
+
+def measured_config(workload: Mapping[str, Any], cell: Cell) -> dict[str, Any]:
+    """The workload fields that change what ``cell`` measures: all of them except where the data
+    lives and the knobs only other backends read (a DALI thread count is not a DDP-synthetic
+    cell's)."""
+    used, knobs = {cell.framework, cell.loader, cell.model}, _knobs()
+    return {key: value for key, value in workload.items()
+            if key not in WHERE_DATA_LIVES and (key not in knobs or knobs[key] & used)}
+
+
+def config_hash(workload: Mapping[str, Any], cell: Cell) -> str:
+    """Hash of everything that changes what a cell measures, except the rank count."""
+    return short_hash({**measured_config(workload, cell),
+                       "framework": cell.framework, "loader": cell.loader, "model": cell.model})
+
+
+def short_hash(fields: Mapping[str, Any]) -> str:
+    """16 hex digits of the SHA-256 of ``fields``' sorted JSON."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]

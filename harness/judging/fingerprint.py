@@ -36,19 +36,17 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness.config.cells import Cell
+from harness.config.cells import WHERE_DATA_LIVES, measured_config, scaling_cell
+from harness.config.cells import config_hash as cell_config_hash
 from harness.machine.provenance import cpu_model
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
-from harness.rank.workload import Workload
 
 NOT_STALE = frozenset({"hardware.hosts"})
 """Fingerprint fields reported but never making a baseline stale."""
 ISA_EXTENSIONS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 """CPU flags that choose torch's and oneDNN's kernels: a machine without one runs other code."""
 ABSENT = "(none)"
-_WHERE_DATA_LIVES = ("data_dir", "tfrecord_dir")
-_WORKLOAD_FIELDS = frozenset(field.name for field in dataclasses.fields(Workload))
 
 
 def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, *,
@@ -56,19 +54,22 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
     """The fingerprint of one measured cell.
 
     ``records`` are the ranks' records of the run (each with ``host``, ``device``, ``versions``,
-    ``threads`` and ``source``); ``workload`` is ``dataclasses.asdict(Workload)``. The config hash
-    is :meth:`Workload.config_hash` of the cell unless given (an accuracy cell has its own).
+    ``threads`` and ``source``); ``workload`` is ``dataclasses.asdict(Workload)``, of which the
+    fingerprint keeps what the cell measures (:func:`harness.config.cells.measured_config`). The
+    config hash is :func:`harness.config.cells.config_hash` of the cell unless given (an accuracy
+    cell has its own).
     Values are strings or ints; a value the ranks disagree on is their distinct values joined by
     ``" / "`` (itself a difference from any baseline where they agreed).
     """
-    cell = parse_cell_id(cell_id)
+    cell = scaling_cell(cell_id)
     gpu = any(str(r.get("device", "")).startswith("cuda") for r in records)
     local = _local_facts(gpu)
-    config = {key: value for key, value in workload.items() if key not in _WHERE_DATA_LIVES}
+    config = measured_config(workload, cell) if cell else \
+        {key: value for key, value in workload.items() if key not in WHERE_DATA_LIVES}
     if config_hash is None:
         if cell is None:
             raise ValueError(f"cannot derive the config hash of {cell_id!r}: pass config_hash")
-        config_hash = Workload(**{k: v for k, v in workload.items() if k in _WORKLOAD_FIELDS}).config_hash(cell)
+        config_hash = cell_config_hash(workload, cell)
 
     stack: dict[str, Any] = {}
     versions = [r.get("versions", {}) for r in records]
@@ -108,14 +109,16 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
 
 
 def stale_differences(baseline_fp: Mapping | None, current_fp: Mapping) -> list[str]:
-    """The hardware and workload differences that make a baseline stale, one line each:
+    """The hardware differences that make a baseline stale, one line each:
     ``"hardware.nodes: 1 -> 2"``.
 
     Empty when the baseline has no fingerprint (recorded before fingerprints existed) or only its
     host names (:data:`NOT_STALE`) or its software (:func:`stack_changes`) differ. A field present
-    on one side only shows as ``(none)``, except a hardware fact the baseline predates.
+    on one side only shows as ``(none)``, except a hardware fact the baseline predates. The
+    workload is not compared here: :func:`harness.judging.verdicts.config_change` judges it, over
+    the fields the cell measures.
     """
-    return [line for key, line in _differences(baseline_fp, current_fp) if not key.startswith("stack.")]
+    return [line for key, line in _differences(baseline_fp, current_fp) if key.startswith("hardware.")]
 
 
 def stack_changes(baseline_fp: Mapping | None, current_fp: Mapping) -> list[str]:
@@ -138,18 +141,6 @@ def fingerprint_hash(fp: Mapping) -> str:
     """16 hex digits over the fields that make a baseline stale: equal hashes, nothing to re-record."""
     stale_relevant = {key: value for key, value in _flatten(fp).items() if key not in NOT_STALE}
     return hashlib.sha256(json.dumps(stale_relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def parse_cell_id(cell_id: str) -> Cell | None:
-    """The :class:`Cell` behind ``<framework>-<loader>-<model>-g<ranks>``; ``None`` for other ids.
-
-    Framework and model names hold no ``-``; loader names may (``dali-cpu-tfrecord``).
-    """
-    match = re.fullmatch(r"([^-]+)-(.+)-([^-]+)-g(\d+)", cell_id)
-    if not match or cell_id.startswith("accuracy-"):
-        return None
-    framework, loader, model, ranks = match.groups()
-    return Cell(framework=framework, loader=loader, model=model, ranks=int(ranks))
 
 
 # --- facts of the launching node, read once per process ----------------------------------------------

@@ -24,11 +24,12 @@ import dataclasses
 import math
 from typing import Mapping
 
+from harness.config.cells import WHERE_DATA_LIVES, measured_config, scaling_cell
 from harness.judging.breakdown import CellBreakdown, attribute_regression
 from harness.judging.fingerprint import stack_changes, stale_differences
 from harness.judging.stats import BandVerdict, Estimate, needs_more_samples, verdict
 from harness.judging.yardstick import (Yardstick, another_machine, beyond_noise, launch_noise, normalise_estimate,
-                        speed_ratio)
+                                       speed_ratio)
 from harness.rank.contention import distrust
 
 
@@ -193,8 +194,7 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
     if entry is None:
         return Judgement(verdicts=[Verdict(kind="no-baseline",
                                            message=f"no baseline for {evidence.cell_id} in {baseline_path}")])
-    if entry.get("config_hash") not in (None, evidence.config_hash):
-        differs = config_differences(entry.get("config", {}), evidence.config)
+    if differs := config_change(entry, evidence):
         return Judgement(verdicts=[Verdict(kind="stale", message=(
             f"baseline measured with another configuration ({differs}); re-record it with --update-baselines"))])
     if differs := stale_differences(entry.get("fingerprint"), evidence.fingerprint):
@@ -262,10 +262,25 @@ def measured_enough(throughput: Estimate, verdict_kind: str, *, precision: float
     return spent_s + next_launch_s > budget_s
 
 
+def config_change(entry: Mapping, evidence: Evidence) -> str | None:
+    """What of the configuration this cell measures differs from its baseline's, or ``None``.
+
+    Equal hashes: nothing. Otherwise the fields are compared one by one where the entry stores
+    them, over the fields this cell measures (:func:`harness.config.cells.measured_config`), so a
+    knob only other cells read, or a new recipe for the hash, does not make the baseline stale."""
+    if entry.get("config_hash") in (None, evidence.config_hash):
+        return None
+    if not isinstance(entry.get("config"), Mapping):
+        return "framework, loader or model settings"
+    cell = scaling_cell(evidence.cell_id)
+    measured = measured_config(evidence.config, cell) if cell else evidence.config
+    return config_differences(entry["config"], measured) or None
+
+
 def config_differences(old: Mapping, new: Mapping) -> str:
-    keys = sorted((set(old) | set(new)) - {"data_dir", "tfrecord_dir"})
-    diffs = [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in keys if old.get(key) != new.get(key)]
-    return ", ".join(diffs) or "framework, loader or model settings"
+    """``"key: old -> new"`` for each field of ``new`` that ``old`` does not hold the same."""
+    keys = sorted(set(new) - set(WHERE_DATA_LIVES))
+    return ", ".join(f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in keys if old.get(key) != new.get(key))
 
 
 def _band(reference: Reference, launches: int = 1) -> str:

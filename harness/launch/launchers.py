@@ -105,7 +105,8 @@ def sweep_allocation_nodes(request: LaunchRequest, job: allocation.Allocation | 
     version = installed_slurm_version()
     overlap = ["--overlap"] if version is None or version >= (20, 11) else []
     command = ["srun", *overlap, f"--nodes={job.nodes}", f"--ntasks={job.nodes}", "--ntasks-per-node=1",
-               f"--job-name={request.job_name}-sweep", request.python, "-m", "harness.launch.procs", "sweep", request.token]
+               f"--job-name={request.job_name}-sweep", request.python, "-m", "harness.launch.procs", "sweep",
+               request.token]
     try:
         done = subprocess.run(command, env=with_harness_importable(os.environ), capture_output=True, text=True,
                               timeout=timeout_s)

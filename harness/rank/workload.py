@@ -1,20 +1,17 @@
 """What every rank of a cell trains with: image size, batch, steps, optimiser and data settings.
 
-It is part of each cell's configuration hash (:meth:`Workload.config_hash`)."""
+What of it is part of a cell's configuration hash: :func:`harness.config.cells.config_hash`."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-from typing import TYPE_CHECKING, Any, Mapping
-
-if TYPE_CHECKING:
-    from harness.config.cells import Cell
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Workload:
-    """Settings shared by every cell of a run. Part of each cell's configuration hash."""
+    """Settings shared by every cell of a run. The fields a backend's registry entry claims as its
+    ``knobs`` (the DALI loaders' threads, the native loader's workers) are read only by that
+    backend's cells, and hashed only into their configuration."""
 
     image_size: int = 224
     batch_size: int = 64
@@ -45,18 +42,5 @@ class Workload:
     prefetch: int = 2
     """Batches the DALI pipeline prepares ahead (its ``prefetch_queue_depth``)."""
 
-    def config_hash(self, cell: Cell) -> str:
-        """Hash of everything that changes what a cell measures, except the rank count."""
-        fields = dataclasses.asdict(self)
-        for where in ("data_dir", "tfrecord_dir"):  # where the data lives is not what is measured
-            fields.pop(where)
-        fields.update(framework=cell.framework, loader=cell.loader, model=cell.model)
-        return short_hash(fields)
-
     def replace(self, **changes: Any) -> "Workload":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
-
-
-def short_hash(fields: Mapping[str, Any]) -> str:
-    """The config hash of a workload's fields: 16 hex digits of the SHA-256 of their sorted JSON."""
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]

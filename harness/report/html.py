@@ -20,8 +20,8 @@ from typing import Any, Mapping, Sequence
 
 from harness.common.jsonio import finite_number
 from harness.judging.breakdown import PARTS, BreakdownUnavailable, breakdown_rows, cell_breakdown
-from harness.report.collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes, load_collectives,
-                          lower_bound_rows, parameter_count, peak_busbw)
+from harness.report.collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes,
+                                        load_collectives, lower_bound_rows, parameter_count, peak_busbw)
 from harness.report.plots import estimate, write_all
 from harness.report.projection import projection_rows, reference_rows, time_to_train_s
 

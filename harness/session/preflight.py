@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from harness.config.cells import (DEFAULT_MATRIX, AccuracyCell, Cell, Matrix, check_name, parse_cell_id, parse_names,
-                    parse_ranks)
+                                  parse_ranks)
 from harness.config.options import SuiteError, SuiteOptions
 from harness.data.dataset import DatasetError, ensure, validate_image_folder
 from harness.data.tfrecord import TFRecordError, convert, open_tfrecord_set

@@ -17,7 +17,7 @@ from typing import Callable
 
 from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import write_json_atomic
-from harness.config.cells import PROFILES, AccuracyCell, AccuracySettings, Cell, accuracy_cells
+from harness.config.cells import PROFILES, AccuracyCell, AccuracySettings, Cell, accuracy_cells, config_hash
 from harness.config.options import REPO, SuiteError, SuiteOptions, check_settings
 from harness.judging.fingerprint import fingerprint_hash
 from harness.judging.recording import accuracy_entry, baseline_entries
@@ -132,7 +132,7 @@ class Suite:
         """Launch the cell until its throughput interval is narrow enough and its verdict is not
         inconclusive, or until its measuring budget is spent; judge the pooled samples."""
         self.prepare()
-        result = CellResult(cell=cell, runs=[], config_hash=self._workload.config_hash(cell))
+        result = CellResult(cell=cell, runs=[], config_hash=config_hash(dataclasses.asdict(self._workload), cell))
         started = time.monotonic()
         try:
             while True:

@@ -1,7 +1,15 @@
+import dataclasses
+import importlib.util
+import re
+from pathlib import Path
+
 import pytest
 
-from harness.config.cells import Cell, Matrix, accuracy_cells, parse_cell_id, parse_names, parse_ranks
+from harness.config.cells import (Cell, Matrix, accuracy_cells, config_hash, measured_config, parse_cell_id,
+                                  parse_names, parse_ranks)
+from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
+from harness.rank.models import MODELS
 from harness.rank.workload import Workload
 
 
@@ -59,10 +67,42 @@ def test_ids_of_no_cell_say_why(cell_id, why):
     assert str(error.value).startswith(f"cell id {cell_id!r}: ") and why in str(error.value)
 
 
+def hash_of(workload: Workload, cell: Cell) -> str:
+    return config_hash(dataclasses.asdict(workload), cell)
+
+
 def test_config_hash_follows_what_is_measured_not_where_data_lives():
     cell = Cell(framework="ddp", loader="native", model="resnet50", ranks=1)
     base = Workload()
-    assert base.config_hash(cell) == base.replace(data_dir="/elsewhere").config_hash(cell)
-    assert base.config_hash(cell) != base.replace(image_size=64).config_hash(cell)
+    assert hash_of(base, cell) == hash_of(base.replace(data_dir="/elsewhere"), cell)
+    assert hash_of(base, cell) != hash_of(base.replace(image_size=64), cell)
     other = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1)
-    assert base.config_hash(cell) != base.config_hash(other)
+    assert hash_of(base, cell) != hash_of(base, other)
+
+
+def test_a_backends_knob_is_hashed_only_into_its_own_cells():
+    synthetic, native, dali = (Cell(framework="ddp", loader=loader, model="resnet50", ranks=1)
+                               for loader in ("synthetic", "native", "dali-cpu"))
+    base = Workload()
+    more_threads, more_workers = base.replace(dali_threads=8), base.replace(num_workers=8)
+    assert hash_of(base, dali) != hash_of(more_threads, dali)
+    assert hash_of(base, native) == hash_of(more_threads, native)
+    assert hash_of(base, synthetic) == hash_of(more_threads, synthetic) == hash_of(more_workers, synthetic)
+    assert hash_of(base, native) != hash_of(more_workers, native)
+    assert hash_of(base, dali) == hash_of(more_workers, dali)
+    assert set(measured_config(dataclasses.asdict(base), synthetic)) & {"num_workers", "dali_threads", "prefetch",
+                                                                        "data_format", "data_dir"} == set()
+
+
+def test_a_backend_reads_no_other_backends_knob():
+    """What a backend's module reads of the workload is shared or its own: a knob read but not
+    claimed would change its cells' figures without making their baselines stale."""
+    knobs = {knob for registry in (FRAMEWORKS, LOADERS, MODELS) for name in registry.names()
+             for knob in registry.entry(name).knobs}
+    assert {"num_workers", "dali_threads", "prefetch", "data_format"} <= knobs
+    for registry in (FRAMEWORKS, LOADERS, MODELS):
+        for name in registry.names():
+            entry = registry.entry(name)
+            source = Path(importlib.util.find_spec(entry.target.partition(":")[0]).origin).read_text()
+            read = set(re.findall(r"workload\.([a-z_]+)", source)) & knobs
+            assert read <= set(entry.knobs), f"{registry.kind} {name} reads {sorted(read - set(entry.knobs))}"

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from harness.judging.breakdown import (Breakdown, BreakdownUnavailable, CellBreakdown, as_breakdown,
-                               attribute_regression, breakdown_rows, cell_breakdown, has_breakdown, rank_breakdown)
+                                       attribute_regression, breakdown_rows, cell_breakdown, has_breakdown,
+                                       rank_breakdown)
 from harness.rank.frameworks.base import FrameworkAdapter
 from harness.rank.trainloop import ComputeProbe, DelayedBatches, train
 

@@ -9,15 +9,15 @@ import pytest
 from scipy import stats as scipy_stats
 
 from harness.judging.stats import (
-    Estimate,
-    change_points,
-    detect_warmup,
-    efficiency_interval,
-    needs_more_samples,
-    throughput_interval,
-    tolerance_from_repeats,
-    verdict,
-)
+                                   Estimate,
+                                   change_points,
+                                   detect_warmup,
+                                   efficiency_interval,
+                                   needs_more_samples,
+                                   throughput_interval,
+                                   tolerance_from_repeats,
+                                   verdict,
+                                   )
 
 
 def ar1(rng: np.random.Generator, n: int, phi: float, mean: float = 0.1, cv: float = 0.05) -> np.ndarray:

@@ -8,7 +8,7 @@ import pytest
 
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import (Evidence, Reference, agreed, judge_cell, judge_throughput, measured_enough,
-                             overall)
+                                      overall)
 from harness.judging.yardstick import Yardstick
 
 BAND = Reference(value=100.0, lower=-0.1, upper=0.1, unit="img/s")
@@ -55,6 +55,20 @@ def test_the_verdict_order_no_baseline_then_stale_then_machine_then_band():
     assert kinds(faster_machine) == ["machine-differs"] and faster_machine.machine_speed == pytest.approx(3.0)
     assert kinds(judge_cell(evidence(100.0), entry(), refs)) == ["pass"]
     assert kinds(judge_cell(evidence(80.0), entry(), refs)) == ["fail"]
+
+
+def test_the_configuration_is_compared_field_by_field_over_what_the_cell_measures():
+    refs = {"throughput": BAND}
+    recorded = entry(config_hash="old-recipe", config={"batch_size": 16, "dali_threads": 2, "data_dir": "/a"})
+    # another hash, the same fields: a new recipe for the hash, or a knob only DALI cells read
+    same = judge_cell(evidence(config_hash="new", config={"batch_size": 16, "dali_threads": 8}), recorded, refs)
+    assert kinds(same) == ["pass"]
+    dali = evidence(cell_id="ddp-dali-cpu-resnet50-g1", config_hash="new", config={"batch_size": 16, "dali_threads": 8})
+    stale = judge_cell(dali, recorded, refs)
+    assert kinds(stale) == ["stale"] and "dali_threads: 2 -> 8" in stale.verdicts[0].message
+    # an entry that keeps only its hash: any other hash is stale
+    bare = {key: value for key, value in recorded.items() if key != "config"}
+    assert kinds(judge_cell(evidence(config_hash="new"), bare, refs)) == ["stale"]
 
 
 def test_a_software_change_is_judged_and_named_not_stale():

@@ -5,8 +5,8 @@ import pytest
 
 from harness.judging.stats import Estimate
 from harness.judging.yardstick import (REPEATS, SAME_MACHINE_DRIFT, VERSION, Yardstick, another_machine, from_records,
-                               beyond_noise, launch_drifts, normalise, normalise_estimate, run_yardstick,
-                               speed_ratio)
+                                       beyond_noise, launch_drifts, normalise, normalise_estimate, run_yardstick,
+                                       speed_ratio)
 
 
 def test_the_workload_runs_and_times_each_repeat():

@@ -10,7 +10,7 @@ import pytest
 from harness.judging.metrics import drop_leading_steps, pool_runs
 from harness.judging.verdicts import Verdict
 from harness.rank.contention import (TICKS_PER_S, contended, distrust, launch_contended, outside_share, runqueue_wait_s,
-                                tree_ticks, wait_share)
+                                     tree_ticks, wait_share)
 
 BUSY = """
 import time

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness.rank.schedulers import (SCHEDULE_NAMES, LRSchedule, learning_rate, linear_scaling, scaled_lr,
-                                set_learning_rate, step_milestones, study_gamma)
+                                     set_learning_rate, step_milestones, study_gamma)
 
 STUDY = dict(total_epochs=90, warmup_epochs=5)
 NO_WARMUP = dict(total_epochs=90, warmup_epochs=0)

@@ -8,7 +8,7 @@ import torch
 
 from harness.report.plots_accuracy import write_all
 from harness.tasks.accuracy import (build_digits_resnet, load_digits_split, run_accuracy, shard_indices,
-                              single_rank_adapter)
+                                    single_rank_adapter)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import Reference
 from harness.tasks.selftest import (UNCHANGED, Regression, Rerun, SelftestConfig, SelftestReport,
-                              compute_regression, format_report, main, parse_regression, suite_for)
+                                    compute_regression, format_report, main, parse_regression, suite_for)
 
 ZEN4 = "avx2 avx512f avx512_bf16"
 

@@ -5,18 +5,19 @@ from harness.common.registry import Entry, Registry
 
 _DALI = "harness.rank.loaders.dali:DaliLoader"
 _NEEDS_DALI = {"requires": "nvidia.dali", "install": "pip install 'dlscale[dali]' or bash ci/install_dali.sh .venv",
-               "stack": {"dali": "nvidia-dali-*"}}
+               "stack": {"dali": "nvidia-dali-*"}, "knobs": ("data_format", "dali_threads", "prefetch")}
 
 LOADERS = Registry("loader", {
     "synthetic": Entry("harness.rank.loaders.synthetic:SyntheticLoader"),
-    "native": Entry("harness.rank.loaders.native:NativeLoader"),
-    "dali-cpu": Entry(_DALI, {"decode_device": "cpu"}, **_NEEDS_DALI),
-    "dali-cpu-tfrecord": Entry(_DALI, {"decode_device": "cpu", "reader": "tfrecord"}, **_NEEDS_DALI),
-    "dali-gpu": Entry(_DALI, {"decode_device": "mixed"}, needs_gpu=True, **_NEEDS_DALI),
-    "dali-gpu-tfrecord": Entry(_DALI, {"decode_device": "mixed", "reader": "tfrecord"}, needs_gpu=True, **_NEEDS_DALI),
+    "native": Entry("harness.rank.loaders.native:NativeLoader", knobs=("num_workers",), reads="folder"),
+    "dali-cpu": Entry(_DALI, {"decode_device": "cpu"}, reads="folder", **_NEEDS_DALI),
+    "dali-cpu-tfrecord": Entry(_DALI, {"decode_device": "cpu", "reader": "tfrecord"}, reads="tfrecord", **_NEEDS_DALI),
+    "dali-gpu": Entry(_DALI, {"decode_device": "mixed"}, needs_gpu=True, reads="folder", **_NEEDS_DALI),
+    "dali-gpu-tfrecord": Entry(_DALI, {"decode_device": "mixed", "reader": "tfrecord"}, needs_gpu=True,
+                               reads="tfrecord", **_NEEDS_DALI),
 })
 
-# Loaders that read the ImageFolder tree given by --data (or the generated dataset).
-FILE_LOADERS = frozenset({"native", "dali-cpu", "dali-gpu"})
-# Loaders that read the TFRecord shards given by --data-tfrecord (or the generated dataset's).
-TFRECORD_LOADERS = frozenset({"dali-cpu-tfrecord", "dali-gpu-tfrecord"})
+FILE_LOADERS = frozenset(name for name in LOADERS.names() if LOADERS.entry(name).reads == "folder")
+"""Loaders that read the ImageFolder tree given by --data (or the generated dataset)."""
+TFRECORD_LOADERS = frozenset(name for name in LOADERS.names() if LOADERS.entry(name).reads == "tfrecord")
+"""Loaders that read the TFRecord shards given by --data-tfrecord (or the generated dataset's)."""
