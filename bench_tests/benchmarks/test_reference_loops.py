@@ -31,8 +31,9 @@ from harness.judging.stats import throughput_interval
 from harness.launch.launchers import LAUNCHERS, Launcher, LaunchRequest, with_harness_importable
 from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token
 from harness.launch.runner import run_cell
-from harness.rank.rankenv import free_port
 from harness.rank.contention import wait_share
+from harness.rank.rankenv import free_port
+from harness.rank.spec import RankOptions
 
 ROUNDS = 3
 FRAMEWORKS = ("ddp", "horovod", "deepspeed")
@@ -70,7 +71,7 @@ def throughput(records: list[dict], cpu_wait: float | None) -> Throughput:
 def run_harness(framework: str, ranks: int, launcher: Launcher, workdir: Path) -> Throughput:
     cell = Cell(framework=framework, loader="synthetic", model="resnet50", ranks=ranks)
     run = run_cell(cell, WORKLOAD, launcher, workdir=workdir,
-                   spec_extra={"device": "cpu", "cores_per_rank": CORES_PER_RANK})
+                   options=RankOptions(device="cpu", cores_per_rank=CORES_PER_RANK))
     assert run.ok, f"{cell.id}: {run.error}"
     return throughput(run.records, wait_share(run.records))
 

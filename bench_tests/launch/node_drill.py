@@ -23,6 +23,8 @@ from harness.common.jsonio import write_json_atomic
 from harness.config.cells import Cell
 from harness.launch.launchers import MpirunLauncher, SrunLauncher
 from harness.launch.runner import RunLimits, run_cell
+from harness.rank.faults import Fault
+from harness.rank.spec import RankOptions
 
 from ..workloads import TINY
 
@@ -67,11 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         return seen["elsewhere"]
 
     launcher.cleanup = recorded_cleanup
-    fault = {"fault": {"rank": 0 if args.fault == "exit" else 1, "kind": args.fault, "at_step": 2}} if args.fault else {}
+    fault = Fault(rank=0 if args.fault == "exit" else 1, kind=args.fault, at_step=2) if args.fault else None
     INTERRUPTS.install()
     status, error, exit_status = "interrupted", None, 2
     try:
-        run = run_cell(CELL, TINY, launcher, workdir=args.workdir, spec_extra=fault,
+        run = run_cell(CELL, TINY, launcher, workdir=args.workdir, options=RankOptions(fault=fault),
                        limits=RunLimits(timeout_s=240, heartbeat_s=args.heartbeat))
         status, error, exit_status = run.status, run.error, 0
     except KeyboardInterrupt:

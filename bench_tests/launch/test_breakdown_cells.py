@@ -6,6 +6,7 @@ from harness.config.cells import Cell
 from harness.judging.breakdown import PARTS, attribute_regression, cell_breakdown
 from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import run_cell
+from harness.rank.spec import DataDelay, RankOptions
 
 from ..workloads import TINY
 
@@ -52,7 +53,7 @@ def test_parts_add_up_to_the_step_on_every_rank(reference_run):
 
 def test_a_slow_loader_is_blamed_on_data_loading(reference_run, torchrun, tmp_path):
     slow = run_cell(CELL, WORKLOAD, torchrun, workdir=tmp_path,
-                    spec_extra={"data_delay": {"seconds": DELAY_S, "rank": 1}})
+                    options=RankOptions(data_delay=DataDelay(seconds=DELAY_S, rank=1)))
     assert slow.ok, slow.error
     before, after = cell_breakdown(reference_run.records), cell_breakdown(slow.records)
 

@@ -23,6 +23,8 @@ from harness.config.cells import Cell
 from harness.launch.launchers import SrunLauncher
 from harness.launch.procs import processes_with_token
 from harness.launch.runner import RunLimits, run_cell
+from harness.rank.faults import Fault
+from harness.rank.spec import RankOptions
 from harness.store.history import read as read_history
 
 from ..workloads import TINY
@@ -140,11 +142,11 @@ def last_progress(outdir: Path) -> float:
 def test_time_to_detect_and_clean_up_a_failed_rank(launcher, fault, tmp_path, monkeypatch, request):
     # The heartbeat also covers start-up (imports, model, rendezvous) on this shared 2-core machine.
     heartbeat = 30.0 if fault == "hang" else 120.0
-    fault_spec = {"rank": 0 if fault == "exit" else 1, "kind": fault, "at_step": 2}
+    fault_spec = Fault(rank=0 if fault == "exit" else 1, kind=fault, at_step=2)
     for _ in range(3):
         with Watch(tmp_path / CELL.id / "spec.json", monkeypatch) as watch:
             run = run_cell(CELL, TINY, launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=heartbeat),
-                           spec_extra={"fault": fault_spec})
+                           options=RankOptions(fault=fault_spec))
             returned = time.time()
             time.sleep(0.3)
         if not queued_too_long(run):

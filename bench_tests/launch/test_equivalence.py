@@ -13,6 +13,7 @@ from harness.config.cells import Cell
 from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import run_cell
 from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.spec import RankOptions
 
 from ..workloads import TINY
 
@@ -32,7 +33,7 @@ def test_same_seed_same_data_same_losses_at_two_ranks(tmp_path):
     for name in FRAMEWORK_NAMES:
         cell = Cell(framework=name, loader="synthetic", model="resnet50", ranks=2)
         # one thread per rank: the thread count changes the order of a convolution's sums
-        run = run_cell(cell, workload, launcher, workdir=tmp_path, spec_extra={"threads_per_rank": 1})
+        run = run_cell(cell, workload, launcher, workdir=tmp_path, options=RankOptions(threads_per_rank=1))
         assert run.ok, run.error
         trajectories[name] = [r["losses"] for r in sorted(run.records, key=lambda r: r["rank"])]
     reference = trajectories["ddp"]

@@ -7,6 +7,8 @@ import pytest
 from harness.config.cells import Cell
 from harness.launch.procs import processes_with_token
 from harness.launch.runner import RunLimits, run_cell
+from harness.rank.faults import Fault
+from harness.rank.spec import RankOptions
 
 from ..workloads import TINY
 
@@ -17,7 +19,7 @@ CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=2)
 @pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"], indirect=True)
 def test_crashing_rank_fails_the_cell_with_its_error(launcher, tmp_path):
     started = time.monotonic()
-    run = run_cell(CELL, TINY, launcher, workdir=tmp_path, spec_extra={"fault": {"rank": 1, "kind": "crash", "at_step": 2}})
+    run = run_cell(CELL, TINY, launcher, workdir=tmp_path, options=RankOptions(fault=Fault(rank=1, kind="crash", at_step=2)))
     assert run.status == "failed"
     assert "rank1" in run.error and "injected crash on rank 1 at timed step 2" in run.error
     assert processes_with_token(run.token) == []
@@ -27,7 +29,7 @@ def test_crashing_rank_fails_the_cell_with_its_error(launcher, tmp_path):
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"], indirect=True)
 def test_killed_rank_fails_the_cell(launcher, tmp_path):
     run = run_cell(CELL, TINY, launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=30),
-                   spec_extra={"fault": {"rank": 0, "kind": "exit", "at_step": 2}})
+                   options=RankOptions(fault=Fault(rank=0, kind="exit", at_step=2)))
     assert run.status == "failed"
     assert "rank(s) 0 ended without a record or an error report" in run.error
     assert processes_with_token(run.token) == []
@@ -36,7 +38,7 @@ def test_killed_rank_fails_the_cell(launcher, tmp_path):
 @pytest.mark.parametrize("launcher", ["torchrun"], indirect=True)
 def test_hung_rank_is_stopped_by_the_heartbeat(launcher, tmp_path):
     run = run_cell(CELL, TINY, launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=8),
-                   spec_extra={"fault": {"rank": 1, "kind": "hang", "at_step": 2}})
+                   options=RankOptions(fault=Fault(rank=1, kind="hang", at_step=2)))
     assert run.status == "hung"
     assert "no progress from any rank for 8 s" in run.error
     assert processes_with_token(run.token) == []

@@ -27,6 +27,8 @@ class Entry:
     knobs: tuple[str, ...] = ()
     """Workload fields only this backend reads: part of its cells' configuration hash, and of no
     other cell's, so that changing one makes only its cells' baselines stale."""
+    plot_style: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """How the scaling plots draw this backend's series: matplotlib ``marker`` and ``linestyle``."""
     reads: str | None = None
     """The data a loader reads: ``"folder"`` (an ImageFolder tree), ``"tfrecord"`` (indexed shards)
     or nothing."""

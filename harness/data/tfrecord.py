@@ -344,7 +344,7 @@ def list_image_folder(root: Path) -> tuple[list[str], list[tuple[Path, int]]]:
     return classes, samples
 
 
-def fingerprint(root: Path, samples: list[tuple[Path, int]], shards: int, seed: int) -> str:
+def conversion_fingerprint(root: Path, samples: list[tuple[Path, int]], shards: int, seed: int) -> str:
     digest = hashlib.sha256(json.dumps([FORMAT_VERSION, LABEL_BASE, shards, seed]).encode())
     for path, label in samples:
         stat = path.stat()
@@ -400,7 +400,7 @@ def convert(source: str | Path, target: str | Path, *, shards: int = 4, seed: in
         raise ValueError(f"--shards must be at least 1, got {shards}")
     classes, samples = list_image_folder(source)
     shards = min(shards, len(samples))
-    wanted = fingerprint(source, samples, shards, seed)
+    wanted = conversion_fingerprint(source, samples, shards, seed)
     marker = target / MARKER
     if marker.is_file() and json.loads(marker.read_text()).get("fingerprint") == wanted:
         return target

@@ -51,6 +51,8 @@ def summarize(records: list[dict]) -> CellMetrics:
     )
 
 
+CELL_METRICS = ("throughput", "efficiency")
+"""The figures a cell's baseline and history lines hold, each with its interval."""
 STEP_SERIES = ("step_times", "data_wait", "losses", "fwd_bwd", "optimizer", "cpu_wait", "outside_cpu")
 POOLED_SERIES = STEP_SERIES + ("compute_probe", "yardstick")
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from harness.judging.metrics import CELL_METRICS
 from harness.judging.stats import tolerance_from_repeats
 from harness.judging.yardstick import Yardstick, mean_of
 
 if TYPE_CHECKING:
     from harness.session.results import AccuracyResult, CellResult
-
-RECORDED_METRICS = ("throughput", "efficiency")
 
 
 def why_not_recorded(results: Sequence[CellResult], *, accept_regressions: bool, widest: float) -> str | None:
@@ -43,7 +42,7 @@ def too_uncertain_to_record(results: Sequence[CellResult], widest: float) -> str
     """Why these measurements of a cell cannot be its baseline (a 95% interval wider than
     ``+-widest``, relative), or ``None``."""
     for result in results:
-        for metric in RECORDED_METRICS:
+        for metric in CELL_METRICS:
             estimate = getattr(result, metric)
             if estimate is not None and estimate.half_width_rel > widest:
                 waited = (f", its ranks waiting for a CPU for {result.cpu_wait_share:.0%} of the step time"
@@ -87,7 +86,7 @@ def baseline_entry(results: Sequence[CellResult], *, config: Mapping, provenance
         entry["yardstick"] = machine.to_json()
     if all(r.cpu_wait_share is not None for r in results):
         entry["cpu_wait_share"] = round(statistics.fmean(r.cpu_wait_share for r in results), 4)
-    for metric in RECORDED_METRICS:
+    for metric in CELL_METRICS:
         values = [getattr(r, metric).value for r in results if getattr(r, metric) is not None
                   and (metric == "throughput" or r.efficiency_source == "measured")]
         if not values:

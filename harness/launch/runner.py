@@ -19,6 +19,7 @@ from harness.config.cells import AccuracyCell, Cell
 from harness.launch.launchers import Launcher, LaunchRequest, with_harness_importable
 from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token
 from harness.rank.rankenv import free_port
+from harness.rank.spec import RankOptions, WorkerSpec
 from harness.rank.workload import Workload
 
 ProgressFn = Callable[[str], None]
@@ -129,25 +130,26 @@ def _describe_errors(errors: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
-def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Launcher, *, workdir: Path, limits: RunLimits = RunLimits(),
-             spec_extra: dict | None = None, master_addr: str | None = None,
+def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Launcher, *, workdir: Path,
+             limits: RunLimits = RunLimits(), options: RankOptions = RankOptions(), master_addr: str | None = None,
              on_progress: ProgressFn | None = None) -> CellRun:
-    """Run ``cell`` through ``launcher`` with its files under ``workdir/<cell id>``."""
+    """Run ``cell`` through ``launcher`` with its files under ``workdir/<cell id>``; ``workload`` is
+    None for the accuracy task (``options.accuracy``)."""
     outdir = workdir / cell.id
     if outdir.exists():
         shutil.rmtree(outdir)
     outdir.mkdir(parents=True)
-    spec = {"cell": dataclasses.asdict(cell), "workload": dataclasses.asdict(workload) if workload else None,
-            "output_dir": str(outdir.resolve()), "launch_environment": sorted(launcher.environment),
-            **(spec_extra or {})}
+    spec = WorkerSpec(cell=dataclasses.asdict(cell), workload=dataclasses.asdict(workload) if workload else None,
+                      output_dir=str(outdir.resolve()), launch_environment=tuple(sorted(launcher.environment)),
+                      options=options)
     spec_path = outdir / "spec.json"
-    write_json_atomic(spec_path, spec)
+    write_json_atomic(spec_path, spec.to_json())
 
     token = uuid.uuid4().hex
     master_addr = master_addr or launcher.rendezvous_host()
     request = LaunchRequest(ranks=cell.ranks, module="harness.rank.worker", args=(str(spec_path.resolve()),),
                             job_name=f"dlscale-{cell.id}-{token[:8]}", master_port=free_port(),
-                            master_addr=master_addr, token=token, cores_per_rank=spec.get("cores_per_rank"))
+                            master_addr=master_addr, token=token, cores_per_rank=options.cores_per_rank)
     command = launcher.command(request)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_PORT=str(request.master_port), **{TOKEN_VARIABLE: token})
     if master_addr:

@@ -22,9 +22,10 @@ import dataclasses
 import os
 import signal
 import time
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
-from harness.rank.trainloop import ProgressFn
+if TYPE_CHECKING:
+    from harness.rank.trainloop import ProgressFn
 
 KINDS = ("crash", "exit", "hang", "stuck", "slow")
 _NEEDS_RANK = ("crash", "exit", "hang", "stuck")

@@ -8,6 +8,7 @@ Reads its rank from the launcher's environment, trains, and writes ``record-rank
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -16,9 +17,11 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Iterator
 
 from harness.common.jsonio import write_json_atomic
 from harness.rank.rankenv import RankInfo, read_rank_info
+from harness.rank.spec import WorkerSpec
 
 
 def address_toward(host: str, port: int) -> str | None:
@@ -68,47 +71,57 @@ def threads_for(rank: RankInfo, requested: int | None) -> int:
     return max(1, len(os.sched_getaffinity(0)) // rank.local_world_size)
 
 
-def run(spec: dict, rank: RankInfo, progress) -> dict:
+@contextlib.contextmanager
+def framework_on_this_rank(framework: str, ranks: int, batch_per_rank: int, spec: WorkerSpec, rank: RankInfo,
+                           device) -> Iterator:
+    """The cell's framework adapter, set up for this rank's world and shut down after the block."""
+    from harness.rank.frameworks import FRAMEWORKS
+
+    if ranks != rank.world_size:
+        raise RuntimeError(f"cell {Path(spec.output_dir).name} wants {ranks} ranks but the launcher started "
+                           f"{rank.world_size}")
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master_addr, str(rank.master_port)
+    adapter = FRAMEWORKS.create(framework, **spec.options.framework_options)
+    adapter.configure(batch_size=batch_per_rank)
+    adapter.setup(rank, device)
+    try:
+        yield adapter
+    finally:
+        adapter.shutdown()
+
+
+def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     import torch
 
-    from harness.machine.binding import bind, bind_near_gpu
     from harness.config.cells import Cell
-    from harness.rank.workload import Workload
-    from harness.rank.faults import Fault, with_fault, with_fault_batches
-    from harness.rank.frameworks import FRAMEWORKS
+    from harness.judging.yardstick import run_yardstick
+    from harness.machine.binding import bind, bind_near_gpu
+    from harness.machine.provenance import package_versions
+    from harness.rank.faults import with_fault, with_fault_batches
     from harness.rank.loaders import LOADERS
     from harness.rank.models import build_model
-    from harness.machine.provenance import package_versions
     from harness.rank.trainloop import ComputeProbe, DelayedBatches, train
-    from harness.judging.yardstick import run_yardstick
+    from harness.rank.workload import Workload
 
-    cell = Cell(**spec["cell"])
-    workload = Workload(**spec["workload"])
-    if cell.ranks != rank.world_size:
-        raise RuntimeError(f"cell {cell.id} wants {cell.ranks} ranks but the launcher started {rank.world_size}")
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master_addr, str(rank.master_port)
-    device = pick_device(spec.get("device", "auto"), rank)
-    if spec.get("cores_per_rank"):
-        cores = bind(rank.local_rank, spec["cores_per_rank"])
+    cell, workload, options = Cell(**spec.cell), Workload(**spec.workload), spec.options
+    device = pick_device(options.device, rank)
+    if options.cores_per_rank:
+        cores = bind(rank.local_rank, options.cores_per_rank)
     elif device.type == "cuda":
         cores = bind_near_gpu(rank.local_rank, rank.local_world_size)
     else:
         cores = None
-    threads = len(cores) if cores else threads_for(rank, spec.get("threads_per_rank"))
+    threads = len(cores) if cores else threads_for(rank, options.threads_per_rank)
     torch.set_num_threads(threads)
     torch.manual_seed(workload.seed)
-    fault = Fault(**spec["fault"]) if spec.get("fault") else None
-    progress = with_fault(progress, fault, rank.rank)
+    progress = with_fault(progress, options.fault, rank.rank)
     progress("setup", 0, 1)
 
     # The yardstick runs before the framework starts and after it has shut down, so that none of
     # its threads (Horovod's background loop, DeepSpeed's, gloo's) can slow it. A CPU yardstick
     # says nothing about a GPU's speed, so GPU cells go without.
-    yardstick = run_yardstick() if device.type == "cpu" and spec.get("yardstick", True) else None
-    adapter = FRAMEWORKS.create(cell.framework, **spec.get("framework_options", {}))
-    adapter.configure(batch_size=workload.batch_size)
-    adapter.setup(rank, device)
-    try:
+    yardstick = run_yardstick() if device.type == "cpu" and options.yardstick else None
+    with framework_on_this_rank(cell.framework, cell.ranks, workload.batch_size, spec, rank, device) as adapter:
         model = build_model(cell.model, workload.num_classes).to(device)
         optimizer = torch.optim.SGD(model.parameters(), lr=workload.base_lr * rank.world_size,
                                     momentum=workload.momentum, weight_decay=workload.weight_decay)
@@ -118,17 +131,15 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
         progress("setup", 1, 1)
         loader = LOADERS.create(cell.loader, workload=workload, rank=rank, device=device)
         try:
-            delay = spec.get("data_delay")  # {"seconds": s, "rank": r or None}: a slow loader on purpose
-            batches = (DelayedBatches(loader, delay["seconds"])
-                       if delay and delay.get("rank") in (None, rank.rank) else loader)
+            delay = options.data_delay  # a slow loader on purpose
+            batches = (DelayedBatches(loader, delay.seconds)
+                       if delay and delay.rank in (None, rank.rank) else loader)
             batches = with_fault_batches(batches, progress)  # a 'slow' fault sleeps inside the timed steps
             samples = train(adapter, batches, warmup_steps=workload.warmup_steps, steps=workload.steps,
                             device=device, progress=progress, probe=probe, own_cores=cores)
         finally:
             loader.close()
         framework_settings = adapter.settings()
-    finally:
-        adapter.shutdown()
     if yardstick is not None:
         yardstick += run_yardstick()
     return {
@@ -141,7 +152,7 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
         "threads": threads,
         **({"cores": cores} if cores else {}),
         # as this rank sees them: a launcher that drops the site's settings shows here
-        "launch_environment": {name: os.environ.get(name) for name in spec.get("launch_environment", ())},
+        "launch_environment": {name: os.environ.get(name) for name in spec.launch_environment},
         "framework_settings": framework_settings,
         "loader_settings": loader.settings(),
         "versions": package_versions(),
@@ -150,30 +161,22 @@ def run(spec: dict, rank: RankInfo, progress) -> dict:
     }
 
 
-def run_accuracy_task(spec: dict, rank: RankInfo, progress) -> dict:
+def run_accuracy_task(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     """The accuracy task (harness.tasks.accuracy) under the cell's framework, on this rank."""
     import torch
 
     from harness.tasks.accuracy import run_accuracy
-    from harness.rank.frameworks import FRAMEWORKS
 
-    cell, settings = spec["cell"], spec["accuracy"]
-    if cell["ranks"] != rank.world_size:
-        raise RuntimeError(f"accuracy cell wants {cell['ranks']} ranks but the launcher started {rank.world_size}")
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master_addr, str(rank.master_port)
-    torch.set_num_threads(threads_for(rank, spec.get("threads_per_rank")))
-    device = pick_device(spec.get("device", "auto"), rank)
-    adapter = FRAMEWORKS.create(cell["framework"], **spec.get("framework_options", {}))
-    adapter.configure(batch_size=cell["batch_per_rank"])
-    adapter.setup(rank, device)
-    try:
+    cell, settings = spec.cell, spec.options.accuracy
+    torch.set_num_threads(threads_for(rank, spec.options.threads_per_rank))
+    device = pick_device(spec.options.device, rank)
+    with framework_on_this_rank(cell["framework"], cell["ranks"], cell["batch_per_rank"], spec, rank,
+                                device) as adapter:
         outcome = run_accuracy(adapter, rank=rank, device=device, schedule=cell["schedule"],
                                epochs=settings["epochs"], batch_per_rank=cell["batch_per_rank"],
                                base_lr=settings["base_lr"], reference_batch=settings["reference_batch"],
                                warmup_epochs=settings["warmup_epochs"], label_smoothing=settings["label_smoothing"],
                                seed=settings["seed"], progress=progress)
-    finally:
-        adapter.shutdown()
     return {**dataclasses.asdict(rank), "host": socket.gethostname(), "pid": os.getpid(), **outcome}
 
 
@@ -181,13 +184,13 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    spec = json.loads(Path(argv[1]).read_text())
-    output = Path(spec["output_dir"])
+    spec = WorkerSpec.from_json(json.loads(Path(argv[1]).read_text()))
+    output = Path(spec.output_dir)
     label = f"pid{os.getpid()}"
     try:
         rank = read_rank_info(os.environ)
         label = f"rank{rank.rank}"
-        task = run_accuracy_task if spec.get("task") == "accuracy" else run
+        task = run_accuracy_task if spec.options.accuracy is not None else run
         record = task(spec, rank, ProgressFile(output / f"progress-{label}.json", rank.rank))
         write_json_atomic(output / f"record-{label}.json", record)
         return 0

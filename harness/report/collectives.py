@@ -96,7 +96,7 @@ def lower_bound_rows(collectives: Mapping, cells: list[Mapping], *, num_classes:
     all-reduce lower bound per step at the benchmark's peak bus bandwidth, and the cells' measured
     exposed communication per step (their slowest rank's) beside it."""
     from harness.judging.breakdown import BreakdownUnavailable, cell_breakdown
-    from harness.report.plots import parse_cell_id
+    from harness.config.cells import scaling_cell
 
     peak = peak_busbw(collectives)
     bandwidth = peak["busbw_gbps"] * 1e9
@@ -104,15 +104,10 @@ def lower_bound_rows(collectives: Mapping, cells: list[Mapping], *, num_classes:
     rows = [["model", "ranks", f"gradient MB ({classes} classes)",
              f"lower bound s/step (busbw {peak['busbw_gbps']:.2f} GB/s)", "cell",
              "measured exposed communication s/step"]]
-    parsed_cells = []
-    for cell in cells:
-        try:
-            parsed_cells.append((parse_cell_id(cell["cell"]), cell))
-        except ValueError:
-            continue
+    parsed_cells = [(parsed, cell) for cell in cells if (parsed := scaling_cell(cell["cell"]))]
     seen = set()
-    for parsed, cell in sorted(parsed_cells, key=lambda pc: (pc[0]["model"], pc[0]["ranks"], pc[1]["cell"])):
-        model, ranks = parsed["model"], parsed["ranks"]
+    for parsed, cell in sorted(parsed_cells, key=lambda pc: (pc[0].model, pc[0].ranks, pc[1]["cell"])):
+        model, ranks = parsed.model, parsed.ranks
         if model not in RESNET_BACKBONE_PARAMETERS:
             continue
         nbytes = gradient_bytes(model, classes)

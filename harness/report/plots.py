@@ -15,29 +15,17 @@ results carry them (``{"value", "low", "high"}`` estimates, or ``metrics["<name>
 """
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from harness.common.jsonio import finite_number
+from harness.config.cells import scaling_cell
 from harness.judging.breakdown import LABELS, PARTS, BreakdownUnavailable, cell_breakdown
+from harness.rank.loaders import LOADERS
 
-CELL_ID = re.compile(r"^(?P<framework>[^-]+)-(?P<loader>.+)-(?P<model>[^-]+)-g(?P<ranks>\d+)$")
 PART_COLORS = {"data": "tab:orange", "compute": "tab:blue", "communication": "tab:red", "optimizer": "tab:green"}
-LOADER_MARKERS = {"synthetic": "o", "native": "s", "dali-cpu": "^", "dali-cpu-tfrecord": "v", "dali-gpu": "D",
-                  "dali-gpu-tfrecord": "P"}
-LOADER_LINES = {"synthetic": "-", "native": "--", "dali-cpu": "-.", "dali-cpu-tfrecord": "-.", "dali-gpu": ":",
-                "dali-gpu-tfrecord": ":"}
 RELATION_MARKERS = {"=": "*", "<": "v", ">": "^"}
-
-
-def parse_cell_id(cell_id: str) -> dict:
-    """``"ddp-dali-cpu-resnet50-g4"`` -> framework ddp, loader dali-cpu, model resnet50, ranks 4."""
-    match = CELL_ID.match(cell_id)
-    if not match:
-        raise ValueError(f"not a cell id (<framework>-<loader>-<model>-g<ranks>): {cell_id!r}")
-    return {**match.groupdict(), "ranks": int(match["ranks"])}
 
 
 def _pyplot():
@@ -77,15 +65,19 @@ def _series(cells: Sequence[Mapping], metric: str) -> dict[str, dict[tuple[str, 
     """model -> (framework, loader) -> [(ranks, value, low, high)] sorted by ranks."""
     by_model: dict[str, dict[tuple[str, str], list[tuple]]] = defaultdict(lambda: defaultdict(list))
     for cell in cells:
-        try:
-            parsed = parse_cell_id(cell["cell"])
-        except ValueError:
-            continue
-        found = estimate(cell, metric)
+        parsed = scaling_cell(cell["cell"])
+        found = estimate(cell, metric) if parsed else None
         if found is not None:
-            by_model[parsed["model"]][(parsed["framework"], parsed["loader"])].append((parsed["ranks"], *found))
+            by_model[parsed.model][(parsed.framework, parsed.loader)].append((parsed.ranks, *found))
     return {model: {key: sorted(points) for key, points in sorted(series.items())}
             for model, series in sorted(by_model.items())}
+
+
+def _loader_style(loader: str) -> Mapping[str, str]:
+    """The loader's own plot style (its registry entry); a loader this installation lacks (a
+    results file from elsewhere) is drawn plainly."""
+    style = LOADERS.entry(loader).plot_style if loader in LOADERS.names() else {}
+    return {"marker": "o", "linestyle": "-", **style}
 
 
 def _colors(names) -> dict[str, str]:
@@ -131,8 +123,7 @@ def plot_scaling(cells: Sequence[Mapping], path: Path, *, metric: str = "through
             xs, ys = [p[0] for p in points], [p[1] for p in points]
             ranks += xs
             axes.errorbar(xs, ys, yerr=_error(points), capsize=3, color=colors[framework],
-                          marker=LOADER_MARKERS.get(loader, "o"), linestyle=LOADER_LINES.get(loader, "-"),
-                          label=f"{framework} / {loader}")
+                          **_loader_style(loader), label=f"{framework} / {loader}")
             if metric == "throughput" and len(points) > 1:
                 reference_ranks, reference = xs[0], ys[0]
                 axes.plot(xs, [reference * r / reference_ranks for r in xs], linestyle=":", color=colors[framework],

@@ -28,6 +28,8 @@ from harness.machine.allocation import launch_environment
 from harness.machine.environment import capture as capture_environment
 from harness.machine.provenance import provenance
 from harness.machine.system import detect_system, rank_capacity
+from harness.rank.faults import Fault
+from harness.rank.spec import RankOptions
 from harness.rank.workload import Workload
 from harness.session import preflight
 from harness.session.evaluation import evaluate
@@ -137,7 +139,7 @@ class Suite:
         try:
             while True:
                 run = run_cell(cell, self._workload, self.launcher, workdir=self.options.workdir,
-                               limits=self.limits, spec_extra=self._spec_extra(), on_progress=on_progress)
+                               limits=self.limits, options=self._rank_options(), on_progress=on_progress)
                 with INTERRUPTS.protect(raise_pending=False):  # a judged launch is kept whole
                     result.runs.append(run)
                     if run.ok:
@@ -158,13 +160,9 @@ class Suite:
                 self._record(result)
         return result
 
-    def _spec_extra(self) -> dict:
-        extra = {"device": self.options.device}
-        if self.options.fault:
-            extra["fault"] = self.options.fault
-        if self.cores_per_rank:
-            extra["cores_per_rank"] = self.cores_per_rank
-        return extra
+    def _rank_options(self) -> RankOptions:
+        return RankOptions(device=self.options.device, cores_per_rank=self.cores_per_rank or None,
+                           fault=Fault(**self.options.fault) if self.options.fault else None)
 
     def _measured_enough(self, result: CellResult, started: float, last_wall_s: float) -> bool:
         return measured_enough(result.throughput, result.verdict, precision=self.options.precision,
@@ -198,8 +196,9 @@ class Suite:
         """Train the accuracy task once under the cell's framework; judge its final accuracy."""
         self.prepare()
         run = run_cell(cell, None, self.launcher, workdir=self.options.workdir, limits=self.limits,
-                       spec_extra={"task": "accuracy", "accuracy": dataclasses.asdict(ACCURACY_SETTINGS),
-                                   "device": self.options.device}, on_progress=on_progress)
+                       options=RankOptions(device=self.options.device,
+                                           accuracy=dataclasses.asdict(ACCURACY_SETTINGS)),
+                       on_progress=on_progress)
         result = AccuracyResult(cell=cell, run=run, config_hash=ACCURACY_SETTINGS.config_hash(cell))
         if run.ok:
             result.outcome = min(run.records, key=lambda r: r["rank"])

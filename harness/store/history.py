@@ -28,10 +28,10 @@ from typing import Any, Iterable, Mapping, Sequence
 from harness.common.filelock import locked
 from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import finite_number, finite_or_none
+from harness.judging.metrics import CELL_METRICS
 from harness.judging.stats import Estimate, change_points
 
 SCHEMA_VERSION = 1
-METRICS = ("throughput", "efficiency")
 DERIVED = {
     "throughput-normalised": "throughput x yardstick_s: the throughput at a fixed machine speed, as CPU cells are judged",
     "machine": "1 / yardstick_s: the machine's own speed by the yardstick, for a node that got slower",
@@ -175,8 +175,9 @@ class CellHistory:
 
 
 def figure(row: Mapping, metric: str) -> float | None:
-    """A line's value of a stored metric (:data:`METRICS`) or a derived one (:data:`DERIVED`)."""
-    if metric in METRICS:
+    """A line's value of a stored metric (:data:`harness.judging.metrics.CELL_METRICS`) or a derived
+    one (:data:`DERIVED`)."""
+    if metric in CELL_METRICS:
         return (row.get(metric) or {}).get("value")
     yardstick = row.get("yardstick_s")
     if not (isinstance(yardstick, (int, float)) and not isinstance(yardstick, bool) and yardstick > 0):
@@ -189,8 +190,8 @@ def figure(row: Mapping, metric: str) -> float | None:
 
 def series(rows: Sequence[Mapping], metric: str = "throughput") -> dict[str, list[Night]]:
     """Each cell's nights in file order; rows without a value of ``metric`` (errors) are left out."""
-    if metric not in METRICS and metric not in DERIVED:
-        raise ValueError(f"unknown metric {metric!r}; valid metrics: {', '.join([*METRICS, *DERIVED])}")
+    if metric not in CELL_METRICS and metric not in DERIVED:
+        raise ValueError(f"unknown metric {metric!r}; valid metrics: {', '.join([*CELL_METRICS, *DERIVED])}")
     by_cell: dict[str, dict[str, list[tuple[Mapping, float]]]] = {}
     for row in rows:
         value = figure(row, metric)
@@ -251,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.store.history", description=__doc__.split("\n\n")[0])
     parser.add_argument("path", type=Path, help="history/<system>.jsonl")
     parser.add_argument("--cell", help="only this cell id")
-    parser.add_argument("--metric", choices=[*METRICS, *DERIVED], default="throughput",
+    parser.add_argument("--metric", choices=[*CELL_METRICS, *DERIVED], default="throughput",
                         help="; ".join(f"{name}: {meaning}" for name, meaning in DERIVED.items()))
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help=f"relative drop of the latest level that fails (default {DEFAULT_THRESHOLD})")
@@ -297,7 +298,7 @@ def _invalid(row: Any) -> str | None:
     for field, kind in REQUIRED.items():
         if not isinstance(row.get(field), kind):
             return f"missing or non-{kind.__name__} field {field!r}"
-    for metric in METRICS:
+    for metric in CELL_METRICS:
         figure = row.get(metric)
         if figure is None:
             continue

@@ -36,7 +36,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -44,8 +44,8 @@ from torch import nn
 from harness.rank.frameworks.base import FrameworkAdapter
 from harness.rank.rankenv import RankInfo, free_port, read_rank_info
 from harness.rank.schedulers import LRSchedule, check_schedule, scaled_lr, set_learning_rate, study_gamma
+from harness.rank.trainloop import ProgressFn
 
-ProgressFn = Callable[[str, int, int], None]
 
 VALIDATION_IMAGES = 500
 SPLIT_SEED = 0

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.cells import (Cell, Matrix, accuracy_cells, config_hash, measured_config, parse_cell_id,
-                                  parse_names, parse_ranks)
+                                  parse_names, parse_ranks, scaling_cell)
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
@@ -106,3 +106,16 @@ def test_a_backend_reads_no_other_backends_knob():
             source = Path(importlib.util.find_spec(entry.target.partition(":")[0]).origin).read_text()
             read = set(re.findall(r"workload\.([a-z_]+)", source)) & knobs
             assert read <= set(entry.knobs), f"{registry.kind} {name} reads {sorted(read - set(entry.knobs))}"
+
+
+@pytest.mark.parametrize("cell_id, expected", [
+    ("ddp-synthetic-resnet50-g1", ("ddp", "synthetic", "resnet50", 1)),
+    ("deepspeed_zero2-dali-cpu-tfrecord-resnet152-g16", ("deepspeed_zero2", "dali-cpu-tfrecord", "resnet152", 16)),
+])
+def test_cell_ids_parse_back(cell_id, expected):
+    parsed = scaling_cell(cell_id)
+    assert (parsed.framework, parsed.loader, parsed.model, parsed.ranks) == expected
+
+
+def test_a_malformed_cell_id_is_no_scaling_cell():
+    assert scaling_cell("accuracy-ddp-step-b32-g1x") is None and scaling_cell("accuracy-ddp-step-b32-g1") is None

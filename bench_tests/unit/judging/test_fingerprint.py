@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from harness.config.cells import Cell, config_hash, scaling_cell
+from harness.judging import fingerprint as fp_module
 from harness.judging.fingerprint import (cpu_identity, fingerprint, fingerprint_hash, stack_changes,
                                          stale_differences)
-from harness.judging import fingerprint as fp_module
 from harness.rank.workload import Workload
 
 WORKLOAD = dataclasses.asdict(Workload(image_size=64, batch_size=16, data_dir="/data/a"))

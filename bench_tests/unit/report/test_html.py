@@ -71,20 +71,6 @@ def is_png(path):
 # -- plots -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cell_id, expected", [
-    ("ddp-synthetic-resnet50-g1", ("ddp", "synthetic", "resnet50", 1)),
-    ("deepspeed_zero2-dali-cpu-tfrecord-resnet152-g16", ("deepspeed_zero2", "dali-cpu-tfrecord", "resnet152", 16)),
-])
-def test_cell_ids_parse_back(cell_id, expected):
-    parsed = plots.parse_cell_id(cell_id)
-    assert (parsed["framework"], parsed["loader"], parsed["model"], parsed["ranks"]) == expected
-
-
-def test_a_malformed_cell_id_is_refused():
-    with pytest.raises(ValueError, match="not a cell id"):
-        plots.parse_cell_id("accuracy-ddp-step-b32-g1x")
-
-
 def test_estimates_come_from_intervals_or_flat_metrics():
     assert plots.estimate({"throughput": {"value": 5.0, "low": 4.0, "high": 6.0}}, "throughput") == (5.0, 4.0, 6.0)
     flat = {"metrics": {"throughput": 5.0, "throughput_low": 4.5, "throughput_high": 5.5}}
