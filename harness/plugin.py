@@ -1,6 +1,11 @@
 """dlscale's pytest plugin: command-line options, the cell matrix as parametrization of any test
-that takes a ``cell`` argument, the ``dlscale`` fixture that measures a cell, progress lines,
-the summary table and the baseline update at the end of the session."""
+that takes a ``dlscale_cell`` (or ``dlscale_accuracy_cell``) argument, the ``dlscale`` fixture that
+measures a cell, progress lines, the summary table and the baseline update at the end of the
+session.
+
+Loaded into every pytest run of the environment (its entry point), it stays out of the way of
+sessions that select no dlscale cell: their tests are not parametrized, no signal handler is
+installed, nothing is written and nothing is printed."""
 from __future__ import annotations
 
 import collections
@@ -18,7 +23,7 @@ from harness.launch.runner import RunLimits
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
-from harness.report.html import DEFAULT_COLLECTIVES, junit_properties, write_report
+from harness.report.html import COLLECTIVES_FILE, junit_properties, write_report
 from harness.report.tables import accuracy_rows, format_table, summary_rows
 from harness.session.suite import Suite, SuiteError, SuiteOptions
 from harness.store.baselines import BaselineError
@@ -28,6 +33,8 @@ SUITE_KEY = pytest.StashKey[Suite]()
 SESSION_KEY = pytest.StashKey[pytest.Session]()
 TERMINAL_FD_KEY = pytest.StashKey[int]()
 INTERRUPT_TOLD_KEY = pytest.StashKey[bool]()
+CELL_FIXTURE, ACCURACY_CELL_FIXTURE = "dlscale_cell", "dlscale_accuracy_cell"
+"""The arguments a test takes to be parametrized by the matrix: names no other project uses."""
 UNJUDGED = ("no-baseline", "stale", "machine-differs")
 """Verdicts of a cell that was measured but not judged; ``--strict-verdicts`` fails them."""
 OPTIONS = (
@@ -126,7 +133,10 @@ def pytest_configure(config: pytest.Config) -> None:
     values = {dest: config.getoption(f"dlscale_{dest}") for _, dest, _, _ in OPTIONS}
     values = {key: value for key, value in values.items() if value is not None}
     session = session_name()
-    results_dir = values.pop("results_dir", None) or Path(config.rootpath) / "results"
+    root = Path(config.rootpath)  # the project's: its baselines/, history/ and results/ by default
+    values.setdefault("baselines_dir", root / "baselines")
+    values.setdefault("history_dir", root / "history")
+    results_dir = values.pop("results_dir", None) or root / "results"
     values["workdir"] = results_dir / session / "cells"
     values["results_json"] = expand(values.get("results_json"), session) or results_dir / session / "results.json"
     values["report"] = expand(values.get("report"), session)
@@ -144,7 +154,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     suite = metafunc.config.stash[SUITE_KEY]
-    for fixture, cells in (("cell", suite.cells), ("accuracy_cell", suite.accuracy_cells)):
+    for fixture, cells in ((CELL_FIXTURE, suite.cells), (ACCURACY_CELL_FIXTURE, suite.accuracy_cells)):
         if fixture not in metafunc.fixturenames:
             continue
         params = []
@@ -156,7 +166,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _selected_cells(items: list[pytest.Item]) -> bool:
-    return any({"cell", "accuracy_cell"} & set(item.callspec.params) for item in items if hasattr(item, "callspec"))
+    return any({CELL_FIXTURE, ACCURACY_CELL_FIXTURE} & set(item.callspec.params)
+               for item in items if hasattr(item, "callspec"))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -317,8 +328,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         skipped.append("the HTML report")
     elif suite.results and suite.options.report:
         with INTERRUPTS.writing():
+            collectives = Path(config.rootpath) / COLLECTIVES_FILE
             index = write_report(suite.results_document(), suite.options.report,
-                                 collectives=DEFAULT_COLLECTIVES if DEFAULT_COLLECTIVES.exists() else None)
+                                 collectives=collectives if collectives.exists() else None)
         terminalreporter.write_line(f"report written to {index}")
     if INTERRUPTS.interrupted:
         terminalreporter.write_line(_interrupt_line(suite, skipped), yellow=True)

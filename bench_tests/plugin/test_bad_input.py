@@ -22,7 +22,7 @@ from harness.store.history import read as read_history
 from ..workloads import TINY_FLAGS as BASE_FLAGS
 
 REPO = Path(__file__).resolve().parents[2]
-SCALING_TEST = REPO / "bench_tests" / "scaling" / "test_scaling.py"
+SCALING_TEST = REPO / "harness" / "bench" / "test_scaling.py"
 SYSTEM = "badsys"
 CELL = "ddp-synthetic-resnet50-g1"
 BASELINE = "baselines/badsys.json"

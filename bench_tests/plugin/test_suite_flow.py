@@ -8,7 +8,7 @@ import pytest
 from ..workloads import TINY_FLAGS as BASE_FLAGS
 
 pytestmark = pytest.mark.launch
-SCALING_TEST = Path(__file__).resolve().parents[1] / "scaling" / "test_scaling.py"
+SCALING_TEST = Path(__file__).resolve().parents[2] / "harness" / "bench" / "test_scaling.py"
 TINY_FLAGS = [*BASE_FLAGS, "--widest-baseline", "inf"]  # five steps make no precise baseline; these tests are about the flow
 
 

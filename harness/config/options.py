@@ -6,8 +6,6 @@ from pathlib import Path
 
 from harness.config.cells import PROFILES
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 class SuiteError(ValueError):
     """A setting or input that stops the suite before any process starts."""
@@ -30,9 +28,9 @@ class SuiteOptions:
     models: str | None = None
     gpus: str | None = None
     system: str | None = None
-    baselines_dir: Path = REPO / "baselines"
+    baselines_dir: Path = Path("baselines")
     results_json: Path | None = None
-    workdir: Path = REPO / "results" / "cells"
+    workdir: Path = Path("results") / "cells"
     update_baselines: bool = False
     data: Path | None = None
     data_tfrecord: Path | None = None
@@ -64,8 +62,9 @@ class SuiteOptions:
     yardstick: bool = True
     """Judge a CPU cell's throughput normalised to its baseline's machine speed (harness.judging.yardstick);
     False judges it as measured, e.g. to check the machine itself."""
-    history_dir: Path | None = REPO / "history"
-    """Where each measured cell appends a line to ``<system>.jsonl``; None: no history."""
+    history_dir: Path | None = Path("history")
+    """Where each measured cell appends a line to ``<system>.jsonl``; None: no history. Relative
+    paths here are the current directory's; the plugin gives the project's (pytest's rootdir)."""
     report: Path | None = None
     """Directory for the HTML report of the session."""
     launch_env: tuple[str, ...] = ()

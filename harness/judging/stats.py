@@ -9,8 +9,9 @@ Every function here is pure and, given ``seed``, deterministic. A cell is judged
    can derive from repeated runs;
 5. ``change_points`` over a cell's nightly history.
 
-``arch`` (block bootstrap) and ``ruptures`` (change points) are imported inside the functions that
-need them, so importing this module costs only numpy and scipy.
+``scipy`` (distributions), ``arch`` (block bootstrap) and ``ruptures`` (change points) are imported
+inside the functions that need them, so importing this module (as the pytest plugin does in every
+session of the environment) costs only numpy.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import math
 from typing import Literal, Sequence
 
 import numpy as np
-from scipy import stats as _scipy_stats
 
 MIN_STEPS = 5
 """Fewer timed steps than this give a point value with an infinite interval."""
@@ -142,7 +142,7 @@ def efficiency_interval(
         if reference.too_few_samples or replicates is None:
             ref_replicates = None
         else:
-            z = _scipy_stats.norm.ppf(0.5 + reference.confidence / 2)
+            z = _distributions().norm.ppf(0.5 + reference.confidence / 2)
             sigma = (reference.high - reference.low) / 2 / z
             ref_replicates = np.random.default_rng(reference_seed).normal(ref_point, sigma, size=reps)
     else:
@@ -296,7 +296,7 @@ def tolerance_from_repeats(
     mean = float(x.mean())
     if not mean > 0:
         raise ValueError(f"repeats must have a positive mean, got {mean}")
-    t = _scipy_stats.t.ppf(0.5 + confidence / 2, df=x.size - 1)
+    t = _distributions().t.ppf(0.5 + confidence / 2, df=x.size - 1)
     half = t * float(x.std(ddof=1)) * math.sqrt(1 + 1 / x.size) / mean
     half = max(half, floor_rel)
     return (max(-half, -1.0), half)
@@ -420,7 +420,7 @@ def _expansion(blocks: float, confidence: float) -> float:
     (Politis-White blocks, plain percentiles) to 91-93% for 20-100 steps.
     """
     tail = 0.5 + confidence / 2
-    return math.sqrt(blocks / (blocks - 1)) * _scipy_stats.t.ppf(tail, blocks - 1) / _scipy_stats.norm.ppf(tail)
+    return math.sqrt(blocks / (blocks - 1)) * _distributions().t.ppf(tail, blocks - 1) / _distributions().norm.ppf(tail)
 
 
 def _percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -431,6 +431,12 @@ def _percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[flo
 
 def _without_interval(value: float, confidence: float, n_steps: int) -> Estimate:
     return Estimate(value=value, low=-math.inf, high=math.inf, confidence=confidence, n_steps=n_steps)
+
+
+def _distributions():
+    from scipy import stats
+
+    return stats
 
 
 def _import(module: str, package: str):

@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
+from harness import HARNESS_SOURCE
 from harness.common.registry import Entry, Registry
 from harness.machine import allocation
 
@@ -80,8 +81,7 @@ class Launcher(abc.ABC):
 
 def with_harness_importable(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` with this checkout's harness first on PYTHONPATH, for the processes a launch starts."""
-    harness_root = str(Path(__file__).resolve().parent.parent)
-    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [harness_root, env.get("PYTHONPATH")])))
+    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(HARNESS_SOURCE.parent), env.get("PYTHONPATH")])))
 
 
 def inside_slurm_allocation(env=os.environ) -> bool:

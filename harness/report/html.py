@@ -25,9 +25,10 @@ from harness.report.collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lo
 from harness.report.plots import estimate, write_all
 from harness.report.projection import projection_rows, reference_rows, time_to_train_s
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_PUBLISHED = REPO / "baselines" / "published-aach2023.json"
-DEFAULT_COLLECTIVES = REPO / "results" / "collectives.json"
+DEFAULT_PUBLISHED = Path(__file__).resolve().with_name("published-aach2023.json")
+"""The study's published figures (Aach et al. 2023), shipped with the package."""
+COLLECTIVES_FILE = Path("results") / "collectives.json"
+"""Where the collective benchmark writes, relative to the project's root (or the current directory)."""
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; max-width: 1400px; color: #222; }
@@ -221,7 +222,7 @@ def write_report(results: Path | Mapping, out_dir: Path, *, collectives: Path | 
         published = None
     published = _load(published)
     if published is not None and published.get("kind") != "published":
-        raise ValueError("published must be a file of kind 'published' (baselines/published-aach2023.json)")
+        raise ValueError("published must be a file of kind 'published' (harness/report/published-aach2023.json)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cells = results.get("cells", [])
@@ -264,13 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", type=Path, help="results file written with --results-json")
     parser.add_argument("--out", type=Path, required=True, help="directory for index.html and the figures")
     parser.add_argument("--collectives", type=Path, default=None,
-                        help=f"collective benchmark results (default: {DEFAULT_COLLECTIVES.relative_to(REPO)} "
+                        help=f"collective benchmark results (default: {COLLECTIVES_FILE} "
                              "when it exists)")
     parser.add_argument("--published", type=Path, default=DEFAULT_PUBLISHED,
                         help="the study's published figures to overlay and quote (kind 'published')")
     parser.add_argument("--no-published", action="store_true", help="leave the published figures out")
     args = parser.parse_args(argv)
-    collectives = args.collectives or (DEFAULT_COLLECTIVES if DEFAULT_COLLECTIVES.exists() else None)
+    collectives = args.collectives or (COLLECTIVES_FILE if COLLECTIVES_FILE.exists() else None)
     try:
         index = write_report(args.results, args.out, collectives=collectives,
                              published=None if args.no_published else args.published)

@@ -154,7 +154,7 @@ def plot_scaling(cells: Sequence[Mapping], path: Path, *, metric: str = "through
 def published_points(published: Mapping, model: str) -> list[Mapping]:
     """The published file's E_G figures for ``model``."""
     if published.get("kind") != "published":
-        raise ValueError("the overlay takes only a file of kind 'published' (baselines/published-aach2023.json)")
+        raise ValueError("the overlay takes only a file of kind 'published' (harness/report/published-aach2023.json)")
     return [point for point in published.get("efficiency", []) if point.get("model") == model]
 
 

@@ -15,10 +15,11 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+from harness import HARNESS_SOURCE
 from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import write_json_atomic
 from harness.config.cells import PROFILES, AccuracyCell, AccuracySettings, Cell, accuracy_cells, config_hash
-from harness.config.options import REPO, SuiteError, SuiteOptions, check_settings
+from harness.config.options import SuiteError, SuiteOptions, check_settings
 from harness.judging.fingerprint import fingerprint_hash
 from harness.judging.recording import accuracy_entry, baseline_entries
 from harness.judging.verdicts import judge_accuracy, measured_enough
@@ -118,7 +119,7 @@ class Suite:
             preflight.check_history(options.history_dir / f"{self.system}.jsonl")
         self._workload = self.workload()
         self.cores_per_rank = self._cores_per_rank()
-        self._provenance = provenance(REPO)
+        self._provenance = provenance(HARNESS_SOURCE)
         self._environment = capture_environment()
         self.run_id = uuid.uuid4().hex[:12]
         self.limits = RunLimits(**{name: value for name, value in (("timeout_s", options.cell_timeout),

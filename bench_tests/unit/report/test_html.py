@@ -13,7 +13,7 @@ from harness.report import projection
 from harness.store.baselines import BaselineError, BaselineFile
 
 REPO = Path(__file__).resolve().parents[3]
-PUBLISHED = REPO / "baselines" / "published-aach2023.json"
+PUBLISHED = REPO / "harness" / "report" / "published-aach2023.json"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

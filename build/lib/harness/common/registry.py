@@ -1,0 +1,70 @@
+"""Name -> implementation tables whose entries are imported only when their name is asked for."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+from typing import Any, Mapping
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    target: str
+    """``"package.module:attribute"``; the module is imported on first use."""
+    preset: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments this name fixes (variants are entries, not subclasses)."""
+    requires: str | None = None
+    """Top-level module that must be importable; checked without importing it."""
+    install: str | None = None
+    """How to get ``requires``, quoted in the skip reason."""
+    needs_gpu: bool = False
+    stack: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The software a cell using this backend runs beyond torch, as the fingerprint names it:
+    fact -> the distribution whose version it is (a trailing ``*``: whichever installed
+    distribution has that prefix, as DALI's per-CUDA wheels). Its upgrade is named in the verdict."""
+    uses_mpi: bool = False
+    """The ranks talk through MPI: the MPI library and mpi4py are part of the stack too."""
+    knobs: tuple[str, ...] = ()
+    """Workload fields only this backend reads: part of its cells' configuration hash, and of no
+    other cell's, so that changing one makes only its cells' baselines stale."""
+    plot_style: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """How the scaling plots draw this backend's series: matplotlib ``marker`` and ``linestyle``."""
+    reads: str | None = None
+    """The data a loader reads: ``"folder"`` (an ImageFolder tree), ``"tfrecord"`` (indexed shards)
+    or nothing."""
+
+
+class Registry:
+    def __init__(self, kind: str, entries: Mapping[str, Entry]):
+        self.kind = kind
+        self._entries = dict(entries)
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def entry(self, name: str) -> Entry:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise ValueError(f"unknown {self.kind} {name!r}; valid names: {', '.join(self._entries)}") from None
+
+    def check(self, name: str) -> None:
+        self.entry(name)
+
+    def distributions(self) -> set[str]:
+        """Every distribution some entry's stack names (``*`` patterns as written)."""
+        return {distribution for entry in self._entries.values() for distribution in entry.stack.values()}
+
+    def missing(self, name: str) -> str | None:
+        """Why ``name`` cannot run here (its package is not installed), or None."""
+        entry = self.entry(name)
+        if entry.requires and importlib.util.find_spec(entry.requires) is None:
+            return f"{self.kind} {name} needs {entry.requires}, not installed here; install: {entry.install}"
+        return None
+
+    def resolve(self, name: str) -> Any:
+        module, _, attribute = self.entry(name).target.partition(":")
+        return getattr(importlib.import_module(module), attribute)
+
+    def create(self, name: str, /, **kwargs: Any) -> Any:
+        return self.resolve(name)(**{**self.entry(name).preset, **kwargs})

@@ -1,0 +1,228 @@
+"""What a cell is, and the matrix of cells the suite measures, defined once, as data."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from typing import Any, Mapping
+
+from harness.common.registry import Registry
+from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.loaders import LOADERS
+from harness.rank.models import MODELS
+from harness.rank.workload import Workload
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Cell:
+    """One measured configuration: framework x loader x model x rank (GPU) count."""
+
+    framework: str
+    loader: str
+    model: str
+    ranks: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.framework}-{self.loader}-{self.model}-g{self.ranks}"
+
+    @property
+    def series(self) -> tuple[str, str, str]:
+        """Cells of one series differ only in rank count; E_G compares within a series."""
+        return (self.framework, self.loader, self.model)
+
+
+PROFILES: Mapping[str, Workload] = {
+    # The study's settings (ImageNet-sized images, 64 per GPU).
+    "study": Workload(),
+    # Small enough that a CPU-only machine measures the whole matrix in minutes.
+    "cpu-small": Workload(image_size=32, batch_size=16, warmup_steps=5, steps=50,
+                          num_workers=2, num_classes=100, dali_threads=2),
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Matrix:
+    frameworks: tuple[str, ...] = ("ddp", "horovod", "deepspeed", "deepspeed_zero1", "deepspeed_zero2")
+    loaders: tuple[str, ...] = ("synthetic", "native", "dali-cpu", "dali-cpu-tfrecord")
+    models: tuple[str, ...] = ("resnet50",)
+    ranks: tuple[int, ...] = (1, 2)
+
+    def __post_init__(self) -> None:
+        for registry, names in ((FRAMEWORKS, self.frameworks), (LOADERS, self.loaders), (MODELS, self.models)):
+            for name in names:
+                registry.check(name)
+        if any(r < 1 for r in self.ranks):
+            raise ValueError(f"rank counts must be positive, got {list(self.ranks)}")
+
+    def cells(self) -> list[Cell]:
+        """Every cell, each series' rank counts in increasing order so references come first."""
+        return [Cell(framework=f, loader=l, model=m, ranks=g)
+                for f in self.frameworks for l in self.loaders for m in self.models
+                for g in sorted(set(self.ranks))]
+
+
+DEFAULT_MATRIX = Matrix()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class AccuracyCell:
+    """One accuracy run: a learning-rate schedule at one global batch (per-rank batch x ranks)."""
+
+    framework: str
+    schedule: str
+    batch_per_rank: int
+    ranks: int
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_per_rank * self.ranks
+
+    @property
+    def id(self) -> str:
+        return f"accuracy-{self.framework}-{self.schedule}-b{self.global_batch}-g{self.ranks}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class AccuracySettings:
+    """The accuracy task's training settings, the same for every accuracy cell of a run."""
+
+    epochs: int = 8
+    warmup_epochs: float = 0.5
+    base_lr: float = 0.05
+    """Learning rate at ``reference_batch`` images per step, scaled linearly with the global batch."""
+    reference_batch: int = 32
+    label_smoothing: float = 0.1
+    seed: int = 1234
+
+    def config_hash(self, cell: AccuracyCell) -> str:
+        return short_hash({**dataclasses.asdict(self), **dataclasses.asdict(cell)})
+
+
+ACCURACY_SCHEDULES = ("step", "cosine", "exponential")
+# (per-rank batch, ranks): global batches of 32 to 1024 on at most 2 ranks, so that the study's
+# finding (accuracy falls as the global batch grows at a fixed number of epochs) shows on one node.
+ACCURACY_BATCHES = ((32, 1), (64, 2), (256, 2), (512, 2))
+
+
+def accuracy_cells(frameworks: tuple[str, ...] = ("ddp",)) -> list[AccuracyCell]:
+    return [AccuracyCell(framework=f, schedule=s, batch_per_rank=b, ranks=g)
+            for f in frameworks for s in ACCURACY_SCHEDULES for b, g in ACCURACY_BATCHES]
+
+
+def parse_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def parse_names(option: str, text: str, registry: Registry) -> tuple[str, ...]:
+    """The comma-separated names an option gives, each one ``registry`` knows."""
+    names = parse_list(text)
+    if not names:
+        raise ValueError(f"{option}: no name given; valid names: {', '.join(registry.names())}")
+    for name in names:
+        check_name(option, name, registry)
+    return names
+
+
+def check_name(option: str, name: str, registry: Registry) -> None:
+    try:
+        registry.check(name)
+    except ValueError as error:
+        raise ValueError(f"{option}: {error}") from None
+
+
+def parse_ranks(text: str) -> tuple[int, ...]:
+    usage = f"--gpus takes comma-separated positive rank counts such as 1,2,4; got {text!r}"
+    try:
+        ranks = tuple(int(part) for part in parse_list(text))
+    except ValueError:
+        raise ValueError(usage) from None
+    if not ranks or any(r < 1 for r in ranks):
+        raise ValueError(usage)
+    return ranks
+
+
+_CELL_ID = re.compile(r"(?P<rest>.+)-g(?P<ranks>[1-9][0-9]*)")
+_ACCURACY_ID = re.compile(r"accuracy-(?P<framework>[^-]+)-(?P<schedule>[^-]+)-b(?P<batch>[1-9][0-9]*)")
+
+
+def parse_cell_id(cell_id: str) -> Cell | AccuracyCell:
+    """The cell an id names (a baseline file's key); ``ValueError`` says why it names none here."""
+    try:
+        match = _CELL_ID.fullmatch(cell_id)
+        if not match:
+            raise ValueError("not of the form <framework>-<loader>-<model>-g<ranks>")
+        if match["rest"].startswith("accuracy-"):
+            return _parse_accuracy_id(match["rest"], int(match["ranks"]))
+        return _parse_cell_id(match["rest"], int(match["ranks"]))
+    except ValueError as error:
+        raise ValueError(f"cell id {cell_id!r}: {error}") from None
+
+
+def scaling_cell(cell_id: str) -> Cell | None:
+    """The :class:`Cell` behind ``<framework>-<loader>-<model>-g<ranks>`` without checking its names
+    against the registries (a baseline may name a backend this installation lacks); ``None`` for
+    an accuracy cell's id or one of another form. Framework and model names hold no ``-``; loader
+    names may (``dali-cpu-tfrecord``)."""
+    match = re.fullmatch(r"([^-]+)-(.+)-([^-]+)-g(\d+)", cell_id)
+    if not match or cell_id.startswith("accuracy-"):
+        return None
+    framework, loader, model, ranks = match.groups()
+    return Cell(framework=framework, loader=loader, model=model, ranks=int(ranks))
+
+
+def _parse_cell_id(rest: str, ranks: int) -> Cell:
+    framework, *loader, model = rest.split("-")  # framework and model names hold no "-"; loader names may
+    if not loader:
+        raise ValueError("not of the form <framework>-<loader>-<model>-g<ranks>")
+    cell = Cell(framework=framework, loader="-".join(loader), model=model, ranks=ranks)
+    Matrix(frameworks=(cell.framework,), loaders=(cell.loader,), models=(cell.model,), ranks=(ranks,))  # names known?
+    return cell
+
+
+def _parse_accuracy_id(rest: str, ranks: int) -> AccuracyCell:
+    match = _ACCURACY_ID.fullmatch(rest)
+    if not match or int(match["batch"]) % ranks:
+        raise ValueError("not of the form accuracy-<framework>-<schedule>-b<global batch>-g<ranks>, the batch a "
+                         "multiple of the ranks")
+    FRAMEWORKS.check(match["framework"])
+    if match["schedule"] not in ACCURACY_SCHEDULES:
+        raise ValueError(f"unknown schedule {match['schedule']!r}; valid names: {', '.join(ACCURACY_SCHEDULES)}")
+    return AccuracyCell(framework=match["framework"], schedule=match["schedule"],
+                        batch_per_rank=int(match["batch"]) // ranks, ranks=ranks)
+
+
+WHERE_DATA_LIVES = ("data_dir", "tfrecord_dir")
+"""Workload fields that say where the data is, not what is measured: in no configuration hash."""
+
+
+def _knobs() -> dict[str, set[str]]:
+    """Each backend-specific workload field -> the backends (framework, loader and model names)
+    that read it."""
+    owners: dict[str, set[str]] = {}
+    for registry in (FRAMEWORKS, LOADERS, MODELS):
+        for name in registry.names():
+            for knob in registry.entry(name).knobs:
+                owners.setdefault(knob, set()).add(name)
+    return owners
+
+
+def measured_config(workload: Mapping[str, Any], cell: Cell) -> dict[str, Any]:
+    """The workload fields that change what ``cell`` measures: all of them except where the data
+    lives and the knobs only other backends read (a DALI thread count is not a DDP-synthetic
+    cell's)."""
+    used, knobs = {cell.framework, cell.loader, cell.model}, _knobs()
+    return {key: value for key, value in workload.items()
+            if key not in WHERE_DATA_LIVES and (key not in knobs or knobs[key] & used)}
+
+
+def config_hash(workload: Mapping[str, Any], cell: Cell) -> str:
+    """Hash of everything that changes what a cell measures, except the rank count."""
+    return short_hash({**measured_config(workload, cell),
+                       "framework": cell.framework, "loader": cell.loader, "model": cell.model})
+
+
+def short_hash(fields: Mapping[str, Any]) -> str:
+    """16 hex digits of the SHA-256 of ``fields``' sorted JSON."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]

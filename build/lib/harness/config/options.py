@@ -1,0 +1,92 @@
+"""A scaling-suite session's settings, and the check that no cell could run with a value given."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from harness.config.cells import PROFILES
+
+
+class SuiteError(ValueError):
+    """A setting or input that stops the suite before any process starts."""
+
+
+DEFAULT_MEASURE_BUDGET_S = 90.0
+"""A launch of a default CPU cell takes 25-35 s here: room for two more when the first leaves the
+cell imprecise or inconclusive (at 45 s, none ever fitted: every history row had one launch)."""
+DEVICES = ("auto", "cpu", "cuda")
+AT_LEAST = {"image_size": 1, "batch_size": 1, "steps": 1, "warmup_steps": 0, "num_workers": 0, "repeat": 1,
+            "measure_budget": 0, "cores_per_rank": 1}
+ABOVE_ZERO = ("precision", "widest_baseline", "cell_timeout", "hang_timeout")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SuiteOptions:
+    launcher: str | None = None
+    frameworks: str | None = None
+    loaders: str | None = None
+    models: str | None = None
+    gpus: str | None = None
+    system: str | None = None
+    baselines_dir: Path = Path("baselines")
+    results_json: Path | None = None
+    workdir: Path = Path("results") / "cells"
+    update_baselines: bool = False
+    data: Path | None = None
+    data_tfrecord: Path | None = None
+    profile: str = "auto"
+    device: str = "auto"
+    image_size: int | None = None
+    batch_size: int | None = None
+    steps: int | None = None
+    warmup_steps: int | None = None
+    num_workers: int | None = None
+    cores_per_rank: int | None = None
+    """CPU cells: cores each rank owns (harness.machine.binding); None: the node's cores over the largest
+    number of ranks a cell of the session puts on one node."""
+    cell_timeout: float | None = None
+    hang_timeout: float | None = None
+    precision: float = 0.02
+    """Target relative half-width of a cell's throughput interval."""
+    measure_budget: float = DEFAULT_MEASURE_BUDGET_S
+    """Seconds a cell may spend in further launches to reach ``precision`` or a clear verdict."""
+    repeat: int = 1
+    """Independent measurements per cell; with --update-baselines their spread sets the band."""
+    band_floor: float = 0.05
+    """Narrowest band --repeat may derive."""
+    widest_baseline: float = 0.10
+    """Relative half-width of a measured interval beyond which ``--update-baselines`` keeps the
+    old baseline: a reference that uncertain cannot place a band of 5-15%."""
+    accept_regressions: bool = False
+    """``--update-baselines`` records a cell judged ``fail`` too (a slowdown the site accepts)."""
+    yardstick: bool = True
+    """Judge a CPU cell's throughput normalised to its baseline's machine speed (harness.judging.yardstick);
+    False judges it as measured, e.g. to check the machine itself."""
+    history_dir: Path | None = Path("history")
+    """Where each measured cell appends a line to ``<system>.jsonl``; None: no history. Relative
+    paths here are the current directory's; the plugin gives the project's (pytest's rootdir)."""
+    report: Path | None = None
+    """Directory for the HTML report of the session."""
+    launch_env: tuple[str, ...] = ()
+    """``NAME=VALUE`` settings every rank gets (``--launch-env``), over those of ``launch_env_file``."""
+    launch_env_file: Path | None = None
+    """A site's launch environment file (``--launch-env-file``, else ``$DLSCALE_ENV_FILE``)."""
+    fault: dict | None = None
+    """A fault every launch injects on purpose (:mod:`harness.rank.faults`): the self-test's regressions.
+    No command-line option sets it."""
+
+
+def check_settings(options: SuiteOptions) -> None:
+    """Raise :class:`SuiteError` naming the first option whose value no cell could run with."""
+    for name, least in AT_LEAST.items():
+        value = getattr(options, name)
+        if value is not None and not value >= least:
+            raise SuiteError(f"--{name.replace('_', '-')} must be at least {least}, got {value}")
+    for name in ABOVE_ZERO:
+        value = getattr(options, name)
+        if value is not None and not value > 0:
+            raise SuiteError(f"--{name.replace('_', '-')} must be greater than 0, got {value}")
+    if options.profile not in ("auto", *PROFILES):
+        raise SuiteError(f"--profile: unknown profile {options.profile!r}; valid names: auto, {', '.join(PROFILES)}")
+    if options.device not in DEVICES:
+        raise SuiteError(f"--device: unknown device {options.device!r}; valid names: {', '.join(DEVICES)}")

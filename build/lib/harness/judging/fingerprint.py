@@ -1,0 +1,278 @@
+"""What a cell's figure was measured with: software stack, hardware and configuration.
+
+A baseline stores the fingerprint of the run that recorded it. A later run on other hardware (the
+CPU as its kernels see it: vendor, family, model, stepping and the ISA extensions torch and oneDNN
+dispatch on; cores, memory; the GPU model, core, GPU or node count) or with another workload is
+judged against a *stale* baseline, and :func:`stale_differences` names what changed. A change of
+software on the same hardware (torch, DeepSpeed, Horovod, DALI, MPI, CUDA, NCCL, the driver) is
+what a regression suite exists to judge: the figure is judged against the old baseline and
+:func:`stack_changes` names the upgrade in the verdict. Host names and dates are kept for the
+reader but never make a baseline stale: the same hardware under another name measures the same.
+A hardware fact that a baseline predates (recorded before dlscale read it) is unknown there, not a
+difference.
+
+Versions the ranks ran with come from their records (``versions``, see
+:func:`harness.machine.provenance.package_versions`), so they describe the job rather than the pytest
+process. What the ranks do not report (MPI library, CUDA, NCCL, driver, CPU and GPU model) is
+read once in the pytest process, on the node that launches the job.
+
+Only what the cell uses is part of its stack: what its framework's and loader's registry entries
+name (:attr:`harness.common.registry.Entry.stack`: DeepSpeed, Horovod, DALI), MPI when the ranks were
+started by Open MPI or the framework talks through it, CUDA, NCCL and the driver when the ranks ran
+on GPUs. An upgrade
+of a package a cell never loads leaves its baseline valid.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from harness.config.cells import WHERE_DATA_LIVES, measured_config, scaling_cell
+from harness.config.cells import config_hash as cell_config_hash
+from harness.machine.provenance import cpu_model
+from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.loaders import LOADERS
+
+NOT_STALE = frozenset({"hardware.hosts"})
+"""Fingerprint fields reported but never making a baseline stale."""
+ISA_EXTENSIONS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+"""CPU flags that choose torch's and oneDNN's kernels: a machine without one runs other code."""
+ABSENT = "(none)"
+
+
+def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, *,
+                config_hash: str | None = None) -> dict:
+    """The fingerprint of one measured cell.
+
+    ``records`` are the ranks' records of the run (each with ``host``, ``device``, ``versions``,
+    ``threads`` and ``source``); ``workload`` is ``dataclasses.asdict(Workload)``, of which the
+    fingerprint keeps what the cell measures (:func:`harness.config.cells.measured_config`). The
+    config hash is :func:`harness.config.cells.config_hash` of the cell unless given (an accuracy
+    cell has its own).
+    Values are strings or ints; a value the ranks disagree on is their distinct values joined by
+    ``" / "`` (itself a difference from any baseline where they agreed).
+    """
+    cell = scaling_cell(cell_id)
+    gpu = any(str(r.get("device", "")).startswith("cuda") for r in records)
+    local = _local_facts(gpu)
+    config = measured_config(workload, cell) if cell else \
+        {key: value for key, value in workload.items() if key not in WHERE_DATA_LIVES}
+    if config_hash is None:
+        if cell is None:
+            raise ValueError(f"cannot derive the config hash of {cell_id!r}: pass config_hash")
+        config_hash = cell_config_hash(workload, cell)
+
+    stack: dict[str, Any] = {}
+    versions = [r.get("versions", {}) for r in records]
+    for key in ("python", "torch", "torchvision"):
+        stack[key] = _agreed(v.get(key) for v in versions)
+    backends = [registry.entry(name) for registry, name in ((FRAMEWORKS, cell.framework), (LOADERS, cell.loader))
+                if name in registry.names()] if cell else []
+    for backend in backends:
+        for fact, distribution in backend.stack.items():
+            stack[fact] = _agreed(_version(v, distribution) for v in versions)
+    if any(backend.uses_mpi for backend in backends) or any(r.get("source") == "openmpi" for r in records):
+        stack["mpi"] = local.get("mpi")
+        stack["mpi4py"] = _agreed(v.get("mpi4py") for v in versions)
+    if gpu:
+        for key in ("cuda", "nccl", "driver"):
+            stack[key] = local.get(key)
+
+    hosts = sorted({str(r["host"]) for r in records if r.get("host")})
+    hardware: dict[str, Any] = {
+        "cpu": local["cpu"],
+        "cpu_id": local.get("cpu_id"),
+        "isa": local.get("isa"),
+        "memory_gib": local.get("memory_gib"),
+        "cores": local["cores"],
+        "nodes": len(hosts),
+        "hosts": ", ".join(hosts),
+        "ranks": len(records),
+        "device": _agreed(str(r.get("device", "")).split(":")[0] or None for r in records),
+        "threads_per_rank": _agreed(r.get("threads") for r in records),
+        "cores_per_rank": _agreed(len(r["cores"]) if r.get("cores") else None for r in records),
+    }
+    if gpu:
+        hardware["gpu"] = local.get("gpu")
+        hardware["gpus_per_node"] = local.get("gpus_per_node")
+    return {"stack": _drop_none(stack), "hardware": _drop_none(hardware), "config_hash": config_hash,
+            "config": config}
+
+
+def stale_differences(baseline_fp: Mapping | None, current_fp: Mapping) -> list[str]:
+    """The hardware differences that make a baseline stale, one line each:
+    ``"hardware.nodes: 1 -> 2"``.
+
+    Empty when the baseline has no fingerprint (recorded before fingerprints existed) or only its
+    host names (:data:`NOT_STALE`) or its software (:func:`stack_changes`) differ. A field present
+    on one side only shows as ``(none)``, except a hardware fact the baseline predates. The
+    workload is not compared here: :func:`harness.judging.verdicts.config_change` judges it, over
+    the fields the cell measures.
+    """
+    return [line for key, line in _differences(baseline_fp, current_fp) if key.startswith("hardware.")]
+
+
+def stack_changes(baseline_fp: Mapping | None, current_fp: Mapping) -> list[str]:
+    """The software that changed since the baseline, one item each: ``"torch 2.13.1 -> 2.14.1"``."""
+    return [line.removeprefix("stack.").replace(":", "", 1) for key, line in _differences(baseline_fp, current_fp)
+            if key.startswith("stack.")]
+
+
+def _differences(baseline_fp: Mapping | None, current_fp: Mapping) -> list[tuple[str, str]]:
+    if not baseline_fp:
+        return []
+    old, new = _flatten(baseline_fp), _flatten(current_fp)
+    predates = {key for key in set(new) - set(old) if key.startswith("hardware.")}
+    return [(key, f"{key}: {old.get(key, ABSENT)} -> {new.get(key, ABSENT)}")
+            for key in sorted((set(old) | set(new)) - predates)
+            if key not in NOT_STALE and old.get(key, ABSENT) != new.get(key, ABSENT)]
+
+
+def fingerprint_hash(fp: Mapping) -> str:
+    """16 hex digits over the fields that make a baseline stale: equal hashes, nothing to re-record."""
+    stale_relevant = {key: value for key, value in _flatten(fp).items() if key not in NOT_STALE}
+    return hashlib.sha256(json.dumps(stale_relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# --- facts of the launching node, read once per process ----------------------------------------------
+
+@functools.lru_cache(maxsize=2)
+def _local_facts(gpu: bool) -> dict[str, Any]:
+    facts: dict[str, Any] = {"cpu": cpu_model(), "cores": os.cpu_count(), "mpi": mpi_library_version(),
+                             **cpu_identity(), "memory_gib": memory_gib()}
+    if gpu:
+        facts.update(_cuda_facts())
+    return facts
+
+
+def cpu_identity(cpuinfo: str | None = None) -> dict[str, str]:
+    """``cpu_id`` (``"AuthenticAMD family 25 model 17 stepping 1"``) and ``isa`` (the
+    :data:`ISA_EXTENSIONS` the CPU has, or ``"none of ..."``) from ``/proc/cpuinfo``; empty where
+    it cannot be read (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return {}
+    first = cpuinfo.split("\n\n", 1)[0]
+    fields = dict((key.strip(), value.strip()) for key, _, value in
+                  (line.partition(":") for line in first.splitlines()) if key.strip())
+    identity: dict[str, str] = {}
+    numbers = [f"{name} {fields[key]}" for name, key in (("family", "cpu family"), ("model", "model"),
+                                                          ("stepping", "stepping")) if key in fields]
+    if "vendor_id" in fields or numbers:
+        identity["cpu_id"] = " ".join([fields.get("vendor_id", "unknown vendor"), *numbers])
+    if "flags" in fields:
+        flags = set(fields["flags"].split())
+        present = [flag for flag in ISA_EXTENSIONS if flag in flags]
+        identity["isa"] = " ".join(present) or f"none of {' '.join(ISA_EXTENSIONS)}"
+    return identity
+
+
+def memory_gib() -> int | None:
+    """The node's memory in whole GiB (``MemTotal``); None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def mpi_library_version() -> str | None:
+    """``"Open MPI 4.1.6"`` from ``mpirun --version``, else mpi4py's ``MPI.Get_library_version()``
+    (asked in a child process, so that this one never initialises MPI), else None."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is not None:
+        text = _output([mpirun, "--version"])
+        if text:
+            match = re.search(r"\(Open MPI\)\s+(\S+)", text)
+            return f"Open MPI {match.group(1)}" if match else text.splitlines()[0].strip()
+    text = _output([sys.executable, "-c", "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+                                          "print(MPI.Get_library_version().splitlines()[0])"])
+    if not text:
+        return None
+    match = re.search(r"Open MPI v(\S+?),", text)
+    return f"Open MPI {match.group(1)}" if match else text.splitlines()[0].strip()
+
+
+def _output(command: list[str], timeout: float = 20) -> str | None:
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = (out.stdout or out.stderr).strip()
+    return text if out.returncode == 0 and text else None
+
+
+def _cuda_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    try:
+        import torch
+    except ImportError:
+        return facts
+    facts["cuda"] = torch.version.cuda
+    try:
+        nccl = torch.cuda.nccl.version()
+        facts["nccl"] = ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
+    except (AttributeError, RuntimeError):
+        pass
+    if torch.cuda.is_available():
+        facts["gpu"] = torch.cuda.get_device_name(0)
+        facts["gpus_per_node"] = torch.cuda.device_count()
+    facts["driver"] = _nvidia_driver()
+    return facts
+
+
+def _nvidia_driver() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    text = _output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return text.splitlines()[0].strip() if text else None
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def _version(versions: Mapping[str, str], distribution: str) -> str | None:
+    """A distribution's version as a rank reported it; for a ``prefix*`` pattern, the first match
+    and its name (``"2.4.0 (nvidia-dali-cuda130)"``: the wheel names the CUDA it was built for)."""
+    if not distribution.endswith("*"):
+        return versions.get(distribution)
+    for key in sorted(versions):
+        if key.startswith(distribution[:-1]):
+            return f"{versions[key]} ({key})"
+    return None
+
+
+def _agreed(values: Iterable[Any]) -> Any:
+    distinct = sorted({value for value in values if value is not None}, key=str)
+    if not distinct:
+        return None
+    return distinct[0] if len(distinct) == 1 else " / ".join(str(value) for value in distinct)
+
+
+def _drop_none(fields: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def _flatten(fp: Mapping, prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in fp.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat

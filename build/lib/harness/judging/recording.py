@@ -1,0 +1,118 @@
+"""How a cell's measurements become its baseline entry: the recording policy of ``--update-baselines``.
+
+Pure functions of data: a cell's judged measurements (one per ``--repeat``) in, the baseline entry
+or the reason it is not recorded out. Writing the file is :mod:`harness.store.baselines`' job.
+
+- A cell judged ``fail`` is not recorded unless the user accepts the regression, and a cell whose
+  interval is too wide to place a band is not recorded at all (:func:`why_not_recorded`).
+- Several measurements give the reference as their mean and the band as the prediction interval
+  of one more measurement (:func:`harness.judging.stats.tolerance_from_repeats`), both as measured: the
+  launches of one recording share a machine, and normalising them by the yardstick would add its
+  own launch-to-launch noise to theirs (README, "Machine yardstick").
+- The machine yardstick is stored as the measurements' mean with its launch-to-launch noise, so
+  that a later run normalises only a move of the machine's speed beyond it
+  (:func:`harness.judging.yardstick.beyond_noise`).
+"""
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from harness.judging.metrics import CELL_METRICS
+from harness.judging.stats import tolerance_from_repeats
+from harness.judging.yardstick import Yardstick, mean_of
+
+if TYPE_CHECKING:
+    from harness.session.results import AccuracyResult, CellResult
+
+
+def why_not_recorded(results: Sequence[CellResult], *, accept_regressions: bool, widest: float) -> str | None:
+    """Why these measurements of one cell must not replace its baseline, or ``None``."""
+    regressed = [r for r in results if any(v.failed for v in r.verdicts)]
+    if regressed and not accept_regressions:
+        failed = "; ".join(v.message for v in regressed[0].verdicts if v.failed)
+        return f"judged fail against its baseline ({failed}); --accept-regressions records it anyway"
+    too_wide = too_uncertain_to_record(results, widest)
+    if too_wide:
+        return f"{too_wide}; measure it again on a quiet node or with a larger --measure-budget"
+    return None
+
+
+def too_uncertain_to_record(results: Sequence[CellResult], widest: float) -> str | None:
+    """Why these measurements of a cell cannot be its baseline (a 95% interval wider than
+    ``+-widest``, relative), or ``None``."""
+    for result in results:
+        for metric in CELL_METRICS:
+            estimate = getattr(result, metric)
+            if estimate is not None and estimate.half_width_rel > widest:
+                waited = (f", its ranks waiting for a CPU for {result.cpu_wait_share:.0%} of the step time"
+                          if result.cpu_wait_share else "")
+                spread = "has no interval (too few steps)" if estimate.too_few_samples else \
+                    f"+-{estimate.half_width_rel:.1%} is too uncertain"
+                return f"{metric} {estimate.value:.4g} {spread} for a baseline (widest +-{widest:.1%}){waited}"
+    return None
+
+
+def baseline_entries(results: Sequence[CellResult], *, config: Mapping, provenance: Mapping, band_floor: float,
+                     accept_regressions: bool, widest: float, use_yardstick: bool = True) -> tuple[list[dict], list[str]]:
+    """The entries to write for a session's ``results`` (repeats of a cell grouped into one), and a
+    line for each cell not recorded, saying why. A cell with a failed launch keeps its old entry."""
+    by_cell: dict = {}
+    for result in results:
+        by_cell.setdefault(result.cell, []).append(result)
+    entries, kept = [], []
+    for measured in by_cell.values():
+        if not all(r.ok for r in measured):
+            continue
+        why_not = why_not_recorded(measured, accept_regressions=accept_regressions, widest=widest)
+        if why_not:
+            kept.append(f"{measured[0].cell.id}: {why_not}")
+            continue
+        entries.append(baseline_entry(measured, config=config, provenance=provenance, band_floor=band_floor,
+                                      use_yardstick=use_yardstick))
+    return entries, kept
+
+
+def baseline_entry(results: Sequence[CellResult], *, config: Mapping, provenance: Mapping, band_floor: float,
+                   use_yardstick: bool = True) -> dict:
+    """The baseline entry of one cell from its measurements (all of the same cell, all ok)."""
+    last = results[-1]
+    entry = {"cell": last.cell.id, "metrics": {}, "bands": {}, "config_hash": last.config_hash,
+             "config": dict(config), "fingerprint": last.fingerprint,
+             "breakdown": last.breakdown.slowest.to_json() if last.breakdown else None,
+             "provenance": {**provenance, "launcher": last.run.launcher, "ranks": last.cell.ranks}}
+    machine = baseline_yardstick([r.yardstick for r in results]) if use_yardstick else None
+    if machine:
+        entry["yardstick"] = machine.to_json()
+    if all(r.cpu_wait_share is not None for r in results):
+        entry["cpu_wait_share"] = round(statistics.fmean(r.cpu_wait_share for r in results), 4)
+    for metric in CELL_METRICS:
+        values = [getattr(r, metric).value for r in results if getattr(r, metric) is not None
+                  and (metric == "throughput" or r.efficiency_source == "measured")]
+        if not values:
+            continue
+        entry["metrics"][metric] = statistics.fmean(values)
+        if len(values) > 1:
+            lower, upper = tolerance_from_repeats(values, floor_rel=band_floor)
+            entry["bands"][metric] = {"lower": round(lower, 4), "upper": round(upper, 4),
+                                      "repeats": [round(v, 4) for v in values]}
+    return entry
+
+
+def accuracy_entry(result: AccuracyResult, *, config: Mapping, provenance: Mapping) -> dict:
+    """The baseline entry of an accuracy cell: its final validation accuracy."""
+    return {"cell": result.cell.id, "metrics": {"accuracy": result.outcome["final_val_accuracy"]},
+            "config_hash": result.config_hash, "config": dict(config),
+            "provenance": {**provenance, "launcher": result.run.launcher, "ranks": result.cell.ranks}}
+
+
+def baseline_yardstick(yardsticks: Sequence[Yardstick | None]) -> Yardstick | None:
+    """The machine speed a baseline holds: the mean of its measurements' yardsticks, with how far
+    one more launch's may stray from it (known from two measurements on), or ``None`` unless every
+    measurement timed one."""
+    if not yardsticks or any(y is None for y in yardsticks):
+        return None
+    noise = None
+    if len(yardsticks) > 1:
+        noise = tolerance_from_repeats([y.seconds for y in yardsticks], floor_rel=0.0)[1]
+    return mean_of(yardsticks, noise=noise)

@@ -1,0 +1,292 @@
+"""How a cell's ranks are started: one small class per launcher, each turning a launch request
+into the argument list of a real launcher command (``srun``, ``mpirun``, ``torchrun``)."""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping
+
+from harness import HARNESS_SOURCE
+from harness.common.registry import Entry, Registry
+from harness.machine import allocation
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchRequest:
+    ranks: int
+    module: str
+    """Python module run as each rank's program (``python -m MODULE ARGS``)."""
+    args: tuple[str, ...]
+    job_name: str
+    master_port: int
+    master_addr: str | None = None
+    """None lets each rank derive it from its launcher (Slurm: first node of the step)."""
+    python: str = sys.executable
+    token: str = ""
+    """The run token every process of the launch carries (``DLSCALE_RUN_TOKEN``)."""
+    cores_per_rank: int | None = None
+    """CPU cells: cores each rank owns (harness.machine.binding), bound by launchers that can."""
+    export: tuple[str, ...] = ("MASTER_ADDR", "MASTER_PORT", "DLSCALE_RUN_TOKEN", "PYTHONPATH", "PYTHONUNBUFFERED")
+    """Variables a launcher that does not forward the whole environment must pass on."""
+
+
+def find_tool(name: str) -> str | None:
+    """``name`` beside the running Python (a virtual environment's bin/, not always on PATH), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() else shutil.which(name)
+
+
+class Launcher(abc.ABC):
+    name: str
+    executable: str
+
+    def __init__(self, *, environment: Mapping[str, str] | None = None):
+        self.environment = dict(environment or {})
+        """The launch environment (:func:`harness.machine.allocation.launch_environment`): site settings such as
+        NCCL_SOCKET_IFNAME that every rank gets, set on the launcher's own command line."""
+
+    def _with_environment(self, command: list[str]) -> list[str]:
+        """``command`` run under ``env NAME=VALUE ...``: seen in the results, inherited by every launcher."""
+        if not self.environment:
+            return command
+        return ["env", *(f"{name}={value}" for name, value in self.environment.items()), *command]
+
+    def unavailable_reason(self) -> str | None:
+        """Why this launcher cannot be used here, or None when it can."""
+        if find_tool(self.executable) is None:
+            return f"{self.executable} not found beside {sys.executable} or on PATH"
+        return None
+
+    @abc.abstractmethod
+    def command(self, request: LaunchRequest) -> list[str]: ...
+
+    def rendezvous_host(self) -> str | None:
+        """Where rank 0 will listen, when the launcher does not tell its ranks itself."""
+        return self.environment.get("MASTER_ADDR") or socket.gethostname()
+
+    def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
+        """After the launcher's process is gone and this node's processes with the token are
+        swept: end what the launch may have left elsewhere, through the launcher's own mechanism,
+        and check every other node it reached. The pids that had to be killed, by node."""
+        return {}
+
+
+def with_harness_importable(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with this checkout's harness first on PYTHONPATH, for the processes a launch starts."""
+    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(HARNESS_SOURCE.parent), env.get("PYTHONPATH")])))
+
+
+def inside_slurm_allocation(env=os.environ) -> bool:
+    return "SLURM_JOB_ID" in env
+
+
+def _spans_other_nodes(job: allocation.Allocation) -> bool:
+    return job.nodes > 1 or (job.nodelist or "") not in ("", socket.gethostname(), socket.gethostname().split(".")[0])
+
+
+def sweep_allocation_nodes(request: LaunchRequest, job: allocation.Allocation | None,
+                           timeout_s: float = 60) -> dict[str, list[int]]:
+    """Inside a Slurm allocation that reaches beyond this node: one task on every node of it kills
+    whatever still carries the launch's token (``python -m harness.launch.procs sweep``). This node's
+    /proc shows only this node's processes, so only such a step can see the others.
+
+    The pids killed, by node; a node that could not be checked is named with the reason, so that
+    a cell never passes as clean when it could not be looked at."""
+    if job is None or not request.token or not _spans_other_nodes(job) or shutil.which("srun") is None:
+        return {}
+    version = installed_slurm_version()
+    overlap = ["--overlap"] if version is None or version >= (20, 11) else []
+    command = ["srun", *overlap, f"--nodes={job.nodes}", f"--ntasks={job.nodes}", "--ntasks-per-node=1",
+               f"--job-name={request.job_name}-sweep", request.python, "-m", "harness.launch.procs", "sweep",
+               request.token]
+    try:
+        done = subprocess.run(command, env=with_harness_importable(os.environ), capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"the sweep of the allocation's {job.nodes} nodes did not answer in {timeout_s:.0f} s") from None
+    by_node: dict[str, list[int]] = {}
+    alive: dict[str, list[int]] = {}
+    for line in done.stdout.splitlines():
+        try:
+            swept = json.loads(line)
+            by_node[swept["host"]] = swept["killed"]
+            alive[swept["host"]] = swept["left"]
+        except (ValueError, KeyError, TypeError):
+            continue
+    if any(alive.values()):
+        raise RuntimeError("processes of the cell outlived SIGKILL: "
+                           + "; ".join(f"{host}: pids {pids}" for host, pids in alive.items() if pids))
+    if len(by_node) < job.nodes:
+        raise RuntimeError(f"the sweep of the allocation's {job.nodes} nodes heard from {sorted(by_node) or 'none'}: "
+                           f"{(done.stderr or done.stdout).strip()[-500:]}")
+    return by_node
+
+
+def _job_steps_named(job_id: str, name: str) -> list[str]:
+    """The ids (``JOB.STEP``) of the job's steps called ``name``."""
+    listed = subprocess.run(["squeue", "--noheader", "--steps", f"--jobs={job_id}", "--format=%i %j"],
+                            capture_output=True, text=True, timeout=30, check=False)
+    return [step for step, _, step_name in (line.strip().partition(" ") for line in listed.stdout.splitlines())
+            if step_name.strip() == name]
+
+
+class SrunLauncher(Launcher):
+    """Outside an allocation srun makes a job of the cell; inside one (salloc, sbatch) the cell is a
+    job step laid out by :func:`harness.machine.allocation.srun_step_options`: one rank per GPU."""
+
+    name = "srun"
+    executable = "srun"
+
+    def __init__(self, *, environment: Mapping[str, str] | None = None, slurm_env: Mapping[str, str] | None = None,
+                 version: tuple[int, ...] | None = None):
+        super().__init__(environment=environment)
+        self.slurm_env = slurm_env
+        """The environment the allocation is read from; None: this process's, when the command is made."""
+        self.version = version
+
+    def unavailable_reason(self) -> str | None:
+        return super().unavailable_reason() or (None if slurm_cluster_answers() else "no Slurm cluster answers (sinfo)")
+
+    def rendezvous_host(self) -> str | None:
+        return None  # each rank reads the step's first node from SLURM_STEP_NODELIST
+
+    def _allocation(self) -> allocation.Allocation | None:
+        return allocation.from_env(os.environ if self.slurm_env is None else self.slurm_env)
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        job = self._allocation()
+        version = self.version or (installed_slurm_version() if job else None)
+        step = allocation.srun_step_options(job, request.ranks, version)
+        if request.cores_per_rank:
+            step += [f"--cpus-per-task={request.cores_per_rank}", "--cpu-bind=cores"]
+        return self._with_environment(["srun", f"--ntasks={request.ranks}", *step, "--kill-on-bad-exit=1",
+                                       f"--job-name={request.job_name}", request.python, "-m", request.module,
+                                       *request.args])
+
+    def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
+        # Outside an allocation srun made a job of its own, named after the cell: cancel it. Inside
+        # one, the job is the user's allocation and must never be cancelled, only the cell's step
+        # (an srun killed by a second Ctrl-C leaves its step running on the other nodes).
+        if shutil.which("scancel") is None:
+            return {}
+        job = self._allocation()
+        if job is None:
+            subprocess.run(["scancel", "--quiet", f"--name={request.job_name}"], timeout=30, check=False)
+            return {}
+        for step in _job_steps_named(job.job_id, request.job_name):
+            subprocess.run(["scancel", "--quiet", step], timeout=30, check=False)
+        return sweep_allocation_nodes(request, job)
+
+
+class MpirunLauncher(Launcher):
+    name = "mpirun"
+    executable = "mpirun"
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        if request.cores_per_rank:
+            binding = ["--map-by", f"slot:PE={request.cores_per_rank}", "--bind-to", "core"]
+        else:
+            binding = ["--bind-to", "none"]
+        command = ["mpirun", "-np", str(request.ranks), *binding]
+        if os.geteuid() == 0:
+            command.append("--allow-run-as-root")
+        for name in dict.fromkeys([*request.export, *self.environment]):
+            command += ["-x", name]
+        return self._with_environment(command + [request.python, "-m", request.module, *request.args])
+
+    def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
+        # SIGTERM to mpirun is Open MPI's own teardown (it ends its daemons and their ranks on
+        # every node); inside a Slurm allocation every node is then checked.
+        return sweep_allocation_nodes(request, allocation.from_env(os.environ))
+
+
+class TorchrunLauncher(Launcher):
+    name = "torchrun"
+    executable = "torchrun"
+
+    def unavailable_reason(self) -> str | None:
+        return None  # run as ``python -m torch.distributed.run``: present wherever torch is
+
+    def rendezvous_host(self) -> str | None:
+        return "127.0.0.1"  # single-node: the agent and its ranks share this host
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return self._with_environment([
+            request.python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={request.ranks}",
+            f"--master-addr={request.master_addr or '127.0.0.1'}", f"--master-port={request.master_port}",
+            "--max-restarts=0", "-m", request.module, *request.args])
+
+
+class HorovodrunLauncher(Launcher):
+    """``horovodrun --gloo``: Horovod's own launcher with its Gloo controller (no MPI involved)."""
+
+    name = "horovodrun"
+    executable = "horovodrun"
+
+    def rendezvous_host(self) -> str | None:
+        return "127.0.0.1"
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return self._with_environment([find_tool("horovodrun") or "horovodrun", "--gloo", "-np", str(request.ranks),
+                                       "-H", f"localhost:{request.ranks}", request.python, "-m", request.module,
+                                       *request.args])
+
+
+class DeepspeedLauncher(Launcher):
+    """DeepSpeed's own launcher, one node. ``--no_local_rank`` keeps argv free of ``--local_rank``."""
+
+    name = "deepspeed"
+    executable = "deepspeed"
+
+    def rendezvous_host(self) -> str | None:
+        return "127.0.0.1"
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        return self._with_environment([find_tool("deepspeed") or "deepspeed", f"--num_gpus={request.ranks}",
+                                       "--no_local_rank", f"--master_addr={request.master_addr or '127.0.0.1'}",
+                                       f"--master_port={request.master_port}", "--module", request.module,
+                                       *request.args])
+
+
+LAUNCHERS = Registry("launcher", {
+    "srun": Entry("harness.launch.launchers:SrunLauncher"),
+    "mpirun": Entry("harness.launch.launchers:MpirunLauncher"),
+    "torchrun": Entry("harness.launch.launchers:TorchrunLauncher"),
+    "horovodrun": Entry("harness.launch.launchers:HorovodrunLauncher"),
+    "deepspeed": Entry("harness.launch.launchers:DeepspeedLauncher"),
+})
+
+
+def slurm_cluster_answers(timeout_s: float = 10) -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    try:
+        result = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return result.returncode == 0 and bool(result.stdout.strip())
+
+
+@lru_cache(maxsize=1)
+def installed_slurm_version() -> tuple[int, ...] | None:
+    """``srun --version`` as numbers, or None when it does not answer."""
+    try:
+        out = subprocess.run(["srun", "--version"], capture_output=True, text=True, timeout=10)
+        return allocation.slurm_version(out.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+def default_launcher_name() -> str:
+    """srun inside an allocation or when a cluster answers, else torchrun."""
+    if inside_slurm_allocation() or slurm_cluster_answers():
+        return "srun"
+    return "torchrun"

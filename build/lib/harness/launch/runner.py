@@ -1,0 +1,235 @@
+"""Run one cell as a real multi-process job: write its spec, start the launcher, watch the ranks'
+heartbeats, enforce timeouts, end every process it started, and collect the ranks' records."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from harness.common.interrupts import INTERRUPTS
+from harness.common.jsonio import remove_orphaned_temporaries, write_json_atomic
+from harness.config.cells import AccuracyCell, Cell
+from harness.launch.launchers import Launcher, LaunchRequest, with_harness_importable
+from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token
+from harness.rank.rankenv import free_port
+from harness.rank.spec import RankOptions, WorkerSpec
+from harness.rank.workload import Workload
+
+ProgressFn = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RunLimits:
+    timeout_s: float = 900.0
+    """Whole cell, start-up included."""
+    heartbeat_s: float = 180.0
+    """Longest time without any rank reporting progress before the cell counts as hung."""
+    error_grace_s: float = 10.0
+    """Time the launcher gets to end the job itself after a rank reported an error."""
+    terminate_grace_s: float = 10.0
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class CellRun:
+    cell: Cell
+    launcher: str
+    command: list[str]
+    status: str
+    """"ok", "failed", "timeout" or "hung"."""
+    records: list[dict]
+    error: str | None
+    wall_s: float
+    log_path: Path
+    token: str
+    """Carried in every process's environment (``DLSCALE_RUN_TOKEN``) to find leftovers by."""
+    orphans_killed: list[int]
+    """Processes of the launch still alive on this node after the launcher ended, then killed."""
+    orphans_elsewhere: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    """The same on the launch's other nodes (launchers that reach them), by node."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _read_all(directory: Path, pattern: str) -> list[dict]:
+    found = []
+    for path in sorted(directory.glob(pattern)):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue  # written atomically, so only a vanished file lands here
+    return found
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _progress_line(cell: Cell, progress: list[dict]) -> str:
+    if not progress:
+        return f"{cell.id}: starting {cell.ranks} rank(s)"
+    slowest = min(progress, key=lambda p: (p["phase"] == "timed", p["step"]))
+    return f"{cell.id}: {len(progress)}/{cell.ranks} ranks reporting, slowest at {slowest['phase']} step {slowest['step']}/{slowest['of']}"
+
+
+def _terminate(process: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM the launcher's process group (srun and mpirun forward it to their ranks), then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _kill_at_once(process: subprocess.Popen, token: str) -> None:
+    """A second Ctrl-C: no grace for the launcher, SIGKILL for everything the cell started."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    kill_processes_with_token(token, timeout_s=2.0)
+
+
+def _end(process: subprocess.Popen, token: str, launcher: Launcher, request: LaunchRequest,
+         limits: RunLimits, outdir: Path) -> tuple[list[int], dict[str, list[int]], str | None]:
+    """End the launch and everything it started, on this node and (through the launcher) on the
+    others, and remove what its killed ranks left half-written in ``outdir``: the pids the sweeps
+    still found alive here and elsewhere, and why the other nodes could not be checked, if so."""
+    if process.poll() is None:
+        _terminate(process, limits.terminate_grace_s)
+    orphans = kill_processes_with_token(token)
+    try:
+        elsewhere, error = launcher.cleanup(request), None
+    except (OSError, RuntimeError, subprocess.SubprocessError) as failure:
+        elsewhere, error = {}, f"clean-up of the other nodes: {failure}"
+    remove_orphaned_temporaries(outdir)  # a rank killed mid-write cannot remove its temporary file
+    return orphans, elsewhere, error
+
+
+def _describe_errors(errors: list[dict]) -> str:
+    parts = []
+    for error in sorted(errors, key=lambda e: str(e.get("rank"))):
+        parts.append(f"{error.get('rank')} on {error.get('host')} (pid {error.get('pid')}): {error.get('error')}\n"
+                     f"{error.get('traceback', '').rstrip()}")
+    return "\n\n".join(parts)
+
+
+def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Launcher, *, workdir: Path,
+             limits: RunLimits = RunLimits(), options: RankOptions = RankOptions(), master_addr: str | None = None,
+             on_progress: ProgressFn | None = None) -> CellRun:
+    """Run ``cell`` through ``launcher`` with its files under ``workdir/<cell id>``; ``workload`` is
+    None for the accuracy task (``options.accuracy``)."""
+    outdir = workdir / cell.id
+    if outdir.exists():
+        shutil.rmtree(outdir)
+    outdir.mkdir(parents=True)
+    spec = WorkerSpec(cell=dataclasses.asdict(cell), workload=dataclasses.asdict(workload) if workload else None,
+                      output_dir=str(outdir.resolve()), launch_environment=tuple(sorted(launcher.environment)),
+                      options=options)
+    spec_path = outdir / "spec.json"
+    write_json_atomic(spec_path, spec.to_json())
+
+    token = uuid.uuid4().hex
+    master_addr = master_addr or launcher.rendezvous_host()
+    request = LaunchRequest(ranks=cell.ranks, module="harness.rank.worker", args=(str(spec_path.resolve()),),
+                            job_name=f"dlscale-{cell.id}-{token[:8]}", master_port=free_port(),
+                            master_addr=master_addr, token=token, cores_per_rank=options.cores_per_rank)
+    command = launcher.command(request)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_PORT=str(request.master_port), **{TOKEN_VARIABLE: token})
+    if master_addr:
+        env["MASTER_ADDR"] = master_addr
+    else:
+        env.pop("MASTER_ADDR", None)
+    env = with_harness_importable(env)
+
+    log_path = outdir / "launcher.log"
+    started = time.monotonic()
+    # Only INTERRUPTS.pause lets a first Ctrl-C cut this short: the launch is never left unwatched
+    # between its start and its end, and its end is never cut short (see harness.common.interrupts).
+    with INTERRUPTS.protect(raise_pending=False):
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        with INTERRUPTS.on_hurry(lambda: _kill_at_once(process, token)):
+            try:
+                status, error = _watch(process, cell, outdir, limits, started, on_progress)
+            except BaseException:
+                _end(process, token, launcher, request, limits, outdir)
+                raise
+            orphans, orphans_elsewhere, cleanup_error = _end(process, token, launcher, request, limits, outdir)
+    wall = time.monotonic() - started
+
+    records = _read_all(outdir, "record-*.json")
+    errors = _read_all(outdir, "error-*.json")
+    problems = [error] if error else []
+    if cleanup_error:
+        problems.append(cleanup_error)
+    if errors:
+        problems.append(_describe_errors(errors))
+    silent = _silent_ranks(cell, records, errors) if status in ("ok", "failed") else ""
+    if silent:
+        problems.append(f"rank(s) {silent} ended without a record or an error report (killed, or died in "
+                        f"native code)")
+    if status == "ok" and (errors or silent or cleanup_error or process.returncode != 0):
+        status = "failed"
+    if status != "ok":
+        problems.append(f"{launcher.name} exited with status {process.returncode}; its last lines:\n{_tail(log_path)}")
+    error = "\n".join(problems) or None
+    return CellRun(cell=cell, launcher=launcher.name, command=command, status=status, records=records, error=error,
+                   wall_s=wall, log_path=log_path, token=token, orphans_killed=orphans,
+                   orphans_elsewhere=orphans_elsewhere)
+
+
+def _watch(process: subprocess.Popen, cell: Cell, outdir: Path, limits: RunLimits, started: float,
+           on_progress: ProgressFn | None) -> tuple[str, str | None]:
+    """Wait for the launch to end, or for its first error report, timeout or silence to outlast
+    its limit; the status and, when the runner stopped it, why."""
+    last_beat, last_line, first_error_at = time.time(), "", None
+    while process.poll() is None:
+        INTERRUPTS.pause(0.5)
+        progress = _read_all(outdir, "progress-*.json")
+        last_beat = max([last_beat] + [p["time"] for p in progress])
+        line = _progress_line(cell, progress)
+        if on_progress and line != last_line:
+            on_progress(line)
+            last_line = line
+        if list(outdir.glob("error-*.json")):
+            first_error_at = first_error_at or time.monotonic()
+            if time.monotonic() - first_error_at > limits.error_grace_s:
+                return "failed", None
+        if time.monotonic() - started > limits.timeout_s:
+            return "timeout", f"cell exceeded its {limits.timeout_s:.0f} s timeout; {line}"
+        if time.time() - last_beat > limits.heartbeat_s:
+            return "hung", (f"no progress from any rank for {limits.heartbeat_s:.0f} s (heartbeat timeout); "
+                            f"least recent: {_least_recent(cell, progress)}; {line}")
+    return "ok", None
+
+
+def _silent_ranks(cell: Cell, records: list[dict], errors: list[dict]) -> str:
+    heard = {record["rank"] for record in records} | {error.get("rank") for error in errors}
+    return ", ".join(str(rank) for rank in range(cell.ranks) if rank not in heard and f"rank{rank}" not in heard)
+
+
+def _least_recent(cell: Cell, progress: list[dict]) -> str:
+    reported = {p.get("rank"): p for p in progress}
+    silent = [str(rank) for rank in range(cell.ranks) if rank not in reported]
+    if silent:
+        return f"rank(s) {', '.join(silent)} never reported"
+    oldest = min(progress, key=lambda p: p["time"])
+    return f"rank {oldest['rank']} at {oldest['phase']} step {oldest['step']}/{oldest['of']}"

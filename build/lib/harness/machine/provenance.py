@@ -1,0 +1,66 @@
+"""Where and with what a figure was measured: host, software versions, git commit."""
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+BASE_PACKAGES = ("torch", "torchvision", "numpy", "mpi4py")
+"""What every cell runs on; each framework and loader names its own (:attr:`harness.common.registry.Entry.stack`)."""
+
+
+def tracked_packages() -> list[str]:
+    from harness.rank.frameworks import FRAMEWORKS
+    from harness.rank.loaders import LOADERS
+
+    return [*BASE_PACKAGES, *sorted(FRAMEWORKS.distributions() | LOADERS.distributions())]
+
+
+def package_versions() -> dict[str, str]:
+    """The installed versions of the tracked distributions (a ``*`` pattern: every match)."""
+    versions = {"python": platform.python_version()}
+    tracked = tracked_packages()
+    for name in (name for name in tracked if not name.endswith("*")):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    prefixes = tuple(name[:-1] for name in tracked if name.endswith("*"))
+    if prefixes:
+        for distribution in importlib.metadata.distributions():
+            name = distribution.metadata["Name"] or ""
+            if name.lower().startswith(prefixes):
+                versions[name.lower()] = distribution.version
+    return versions
+
+
+def git_commit(repo: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def provenance(repo: Path) -> dict:
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "cpu": cpu_model(),
+        "git_commit": git_commit(repo),
+        "versions": package_versions(),
+    }

@@ -1,0 +1,382 @@
+"""dlscale's pytest plugin: command-line options, the cell matrix as parametrization of any test
+that takes a ``dlscale_cell`` (or ``dlscale_accuracy_cell``) argument, the ``dlscale`` fixture that
+measures a cell, progress lines, the summary table and the baseline update at the end of the
+session.
+
+Loaded into every pytest run of the environment (its entry point), it stays out of the way of
+sessions that select no dlscale cell: their tests are not parametrized, no signal handler is
+installed, nothing is written and nothing is printed."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.common.interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
+from harness.config.cells import DEFAULT_MATRIX
+from harness.launch.launchers import LAUNCHERS
+from harness.launch.runner import RunLimits
+from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.loaders import LOADERS
+from harness.rank.models import MODELS
+from harness.report.html import COLLECTIVES_FILE, junit_properties, write_report
+from harness.report.tables import accuracy_rows, format_table, summary_rows
+from harness.session.suite import Suite, SuiteError, SuiteOptions
+from harness.store.baselines import BaselineError
+from harness.store.sessiondir import expand, point_latest, session_name
+
+SUITE_KEY = pytest.StashKey[Suite]()
+SESSION_KEY = pytest.StashKey[pytest.Session]()
+TERMINAL_FD_KEY = pytest.StashKey[int]()
+INTERRUPT_TOLD_KEY = pytest.StashKey[bool]()
+CELL_FIXTURE, ACCURACY_CELL_FIXTURE = "dlscale_cell", "dlscale_accuracy_cell"
+"""The arguments a test takes to be parametrized by the matrix: names no other project uses."""
+UNJUDGED = ("no-baseline", "stale", "machine-differs")
+"""Verdicts of a cell that was measured but not judged; ``--strict-verdicts`` fails them."""
+OPTIONS = (
+    # (flag, dest, help, type)
+    ("--launcher", "launcher", f"{', '.join(LAUNCHERS.names())} (default: srun inside an allocation or when a "
+                               "Slurm cluster answers, else torchrun)", str),
+    ("--gpus", "gpus", "comma-separated rank (GPU) counts, e.g. 1,2,4 (default "
+                       f"{','.join(map(str, DEFAULT_MATRIX.ranks))})", str),
+    ("--frameworks", "frameworks", f"comma-separated frameworks of {', '.join(FRAMEWORKS.names())} (default "
+                                   f"{', '.join(DEFAULT_MATRIX.frameworks)})", str),
+    ("--loaders", "loaders", f"comma-separated loaders of {', '.join(LOADERS.names())} (default "
+                             f"{', '.join(DEFAULT_MATRIX.loaders)})", str),
+    ("--models", "models", f"comma-separated models of {', '.join(MODELS.names())} (default "
+                           f"{', '.join(DEFAULT_MATRIX.models)})", str),
+    ("--system", "system", "baseline file name (default: $DLSCALE_SYSTEM, the Slurm cluster name, or the host)", str),
+    ("--baselines-dir", "baselines_dir", "directory of <system>.json baseline files (default: baselines/)", Path),
+    ("--results-dir", "results_dir", "where each session gets its own directory <start time>-<job or pid> "
+                                     "(cells' files, results.json); <dir>/latest points at the newest "
+                                     "(default: results/)", Path),
+    ("--results-json", "results_json", "write every cell's full record to this JSON file; {session} stands "
+                                       "for the session's name (default: <session dir>/results.json)", Path),
+    ("--report", "report", "write an HTML report (summary, plots, breakdown, fingerprints) into this directory; "
+                           "{session} stands for the session's name", Path),
+    ("--history-dir", "history_dir", "append each measured cell to <dir>/<system>.jsonl (default: history/)", Path),
+    ("--data", "data", "ImageFolder dataset for file-reading loaders (default: the generated dataset)", Path),
+    ("--data-tfrecord", "data_tfrecord", "indexed TFRecord shards for the -tfrecord loaders (default: the "
+                                         "generated dataset's, converted once)", Path),
+    ("--profile", "profile", "workload preset: auto, study (224 px, 64/GPU) or cpu-small (default auto: study "
+                             "with a GPU, cpu-small without)", str),
+    ("--device", "device", "auto, cpu or cuda", str),
+    ("--image-size", "image_size", "image side in pixels (overrides the profile)", int),
+    ("--batch-size", "batch_size", "images per rank per step (overrides the profile)", int),
+    ("--steps", "steps", "timed steps per cell (overrides the profile)", int),
+    ("--warmup-steps", "warmup_steps", "untimed warm-up steps per cell (overrides the profile)", int),
+    ("--num-workers", "num_workers", "DataLoader workers per rank (overrides the profile)", int),
+    ("--cores-per-rank", "cores_per_rank", "CPU cells: cores each rank owns, bound by the launcher or the rank "
+                                           "(default: the node's cores over the most ranks a cell puts on it)", int),
+    ("--cell-timeout", "cell_timeout", "seconds a cell may take in all", float),
+    ("--precision", "precision", "target relative half-width of each cell's 95% throughput interval; a cell "
+                                 "is launched again until it gets there", float),
+    ("--measure-budget", "measure_budget", "seconds a cell may spend in further launches for precision or a "
+                                           "clear verdict", float),
+    ("--widest-baseline", "widest_baseline", "relative half-width of a cell's 95% interval beyond which "
+                                             "--update-baselines keeps its old baseline", float),
+    ("--repeat", "repeat", "independent measurements per cell; with --update-baselines the band is derived "
+                           "from their spread", int),
+    ("--launch-env-file", "launch_env_file", "NAME=VALUE lines every rank of every cell gets, e.g. "
+                                             "NCCL_SOCKET_IFNAME (default: $DLSCALE_ENV_FILE)", Path),
+    ("--hang-timeout", "hang_timeout", "seconds without progress from any rank before a cell counts as hung",
+     float),
+)
+
+
+LIMITS = {"cell_timeout": "timeout_s", "hang_timeout": "heartbeat_s"}
+"""Options whose default is a :class:`RunLimits` field's."""
+
+
+def default_of(dest: str) -> object:
+    """The default an option's setting has where it is declared (SuiteOptions, RunLimits), or None."""
+    owner, name = (RunLimits, LIMITS[dest]) if dest in LIMITS else (SuiteOptions, dest)
+    field = owner.__dataclass_fields__.get(name)
+    return None if field is None or field.default in (None, dataclasses.MISSING) else field.default
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dlscale", "dlscale scaling suite")
+    for flag, dest, help_text, kind in OPTIONS:
+        default = default_of(dest)
+        if default is not None and "(default" not in help_text:  # declared once, with the setting
+            help_text = f"{help_text} (default {default:g})" if isinstance(default, float) else \
+                f"{help_text} (default {default})"
+        group.addoption(flag, dest=f"dlscale_{dest}", type=kind, default=None,
+                        help=help_text.replace("%", "%%"))  # argparse formats help with %
+    group.addoption("--update-baselines", dest="dlscale_update_baselines", action="store_true",
+                    help="record the completed cells' figures as the system's new baselines")
+    group.addoption("--launch-env", dest="dlscale_launch_env", action="append", default=[], metavar="NAME=VALUE",
+                    help="a variable every rank gets, over --launch-env-file (repeatable)")
+    group.addoption("--accept-regressions", dest="dlscale_accept_regressions", action="store_true",
+                    help="with --update-baselines, record cells judged fail too (a slowdown you accept)")
+    group.addoption("--strict-verdicts", dest="dlscale_strict", action="store_true",
+                    help="fail a cell that could not be judged: no baseline, a stale one, or another machine's "
+                         "(the nightly recipe sets it)")
+    group.addoption("--no-history", dest="dlscale_no_history", action="store_true",
+                    help="do not append this session's cells to the history store")
+    group.addoption("--no-yardstick", dest="dlscale_no_yardstick", action="store_true",
+                    help="judge CPU cells' throughput as measured, not normalised to the baseline's machine speed "
+                         "by the machine yardstick (e.g. to check the machine itself)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "scaling: a measured cell launched as a real multi-process job")
+    config.addinivalue_line("markers", "accuracy: a short real training judged by its validation accuracy")
+    # Output capture is suspended while plugins are configured: this is the terminal (or log) the
+    # interrupt notices must reach from a signal handler, past any capture.
+    config.stash[TERMINAL_FD_KEY] = os.dup(2)
+    values = {dest: config.getoption(f"dlscale_{dest}") for _, dest, _, _ in OPTIONS}
+    values = {key: value for key, value in values.items() if value is not None}
+    session = session_name()
+    root = Path(config.rootpath)  # the project's: its baselines/, history/ and results/ by default
+    values.setdefault("baselines_dir", root / "baselines")
+    values.setdefault("history_dir", root / "history")
+    results_dir = values.pop("results_dir", None) or root / "results"
+    values["workdir"] = results_dir / session / "cells"
+    values["results_json"] = expand(values.get("results_json"), session) or results_dir / session / "results.json"
+    values["report"] = expand(values.get("report"), session)
+    if config.getoption("dlscale_no_history"):
+        values["history_dir"] = None
+    values["launch_env"] = tuple(config.getoption("dlscale_launch_env"))
+    values["yardstick"] = not config.getoption("dlscale_no_yardstick")
+    values["accept_regressions"] = config.getoption("dlscale_accept_regressions")
+    try:
+        config.stash[SUITE_KEY] = Suite(SuiteOptions(update_baselines=config.getoption("dlscale_update_baselines"),
+                                                     **values))
+    except SuiteError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    suite = metafunc.config.stash[SUITE_KEY]
+    for fixture, cells in ((CELL_FIXTURE, suite.cells), (ACCURACY_CELL_FIXTURE, suite.accuracy_cells)):
+        if fixture not in metafunc.fixturenames:
+            continue
+        params = []
+        for cell in cells():
+            reason = suite.skip_reason(cell)
+            marks = [pytest.mark.skip(reason=reason)] if reason else []
+            params.append(pytest.param(cell, id=cell.id, marks=marks))
+        metafunc.parametrize(fixture, params)
+
+
+def _selected_cells(items: list[pytest.Item]) -> bool:
+    return any({CELL_FIXTURE, ACCURACY_CELL_FIXTURE} & set(item.callspec.params)
+               for item in items if hasattr(item, "callspec"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[SESSION_KEY] = session
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if _selected_cells(session.items):
+        # Ctrl-C, and SIGTERM from a batch system, as harness.common.interrupts describes (README, "Stopping a run").
+        INTERRUPTS.install(session.config.stash[TERMINAL_FD_KEY])
+        suite = session.config.stash[SUITE_KEY]
+        try:
+            suite.prepare()
+        except (SuiteError, BaselineError) as error:
+            raise pytest.UsageError(str(error)) from None
+        session_dir = suite.options.workdir.parent
+        if session.config.option.collectonly:
+            return
+        try:
+            point_latest(session_dir.parent, session_dir)
+        except OSError as error:
+            raise pytest.UsageError(f"--results-dir {session_dir.parent}: cannot write the session's directory "
+                                    f"there ({error.strerror}: {error.filename})") from None
+
+
+class _Progress:
+    """Prints a cell's progress lines past pytest's output capture, at most every few seconds."""
+
+    def __init__(self, config: pytest.Config, every_s: float = 5.0):
+        self.config = config
+        self.every_s = every_s
+        self.last = 0.0
+
+    def __call__(self, line: str) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every_s:
+            return
+        self.last = now
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None or capture is None:
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(f"  [dlscale] {line}")
+
+
+@pytest.fixture
+def dlscale(request: pytest.FixtureRequest) -> "Measure":
+    return Measure(request.config, request.node)
+
+
+class Measure:
+    """What a scaling test calls: ``dlscale.check(cell)`` measures the cell and asserts its verdict."""
+
+    def __init__(self, config: pytest.Config, node: pytest.Item):
+        self.config = config
+        self.node = node
+        self.suite = config.stash[SUITE_KEY]
+
+    def check(self, cell) -> None:
+        failing = []
+        for repeat in range(self.suite.options.repeat):  # every repeat is judged
+            result = self.suite.measure(cell, on_progress=_Progress(self.config))
+            self.node.user_properties.extend(junit_properties(result.to_json()))  # figures in --junitxml
+            if not result.ok:
+                pytest.fail(f"{cell.id} {result.run.status} under {result.run.launcher}:\n{result.run.error}",
+                            pytrace=False)
+            where = f" (repeat {repeat + 1})" if self.suite.options.repeat > 1 else ""
+            failing += [v.message + where for v in result.verdicts if v.failed]
+        if failing and not self.suite.options.accept_regressions:
+            pytest.fail(f"{cell.id} regressed: " + "; ".join(failing), pytrace=False)
+        if self.suite.options.update_baselines:
+            return
+        if self.config.getoption("dlscale_strict") and result.verdict in UNJUDGED:
+            pytest.fail(f"{cell.id} {result.verdict} (--strict-verdicts): "
+                        + "; ".join(v.message for v in result.verdicts if v.kind in UNJUDGED), pytrace=False)
+
+    def check_accuracy(self, cell) -> None:
+        result = self.suite.measure_accuracy(cell, on_progress=_Progress(self.config))
+        if not result.run.ok:
+            pytest.fail(f"{cell.id} {result.run.status} under {result.run.launcher}:\n{result.run.error}",
+                        pytrace=False)
+        if result.verdict.failed and not self.suite.options.update_baselines:
+            pytest.fail(f"{cell.id} lost accuracy: {result.verdict.message}", pytrace=False)
+
+
+def _report_baseline_changes(terminalreporter, suite: Suite) -> None:
+    terminalreporter.write_line(f"updated {suite.baselines.path} ({len(suite.baseline_changes)} change(s)):")
+    for change in suite.baseline_changes:
+        terminalreporter.write_line(f"  {change}")
+    if suite.baselines_kept:
+        terminalreporter.write_line(f"not recorded, old baseline kept ({len(suite.baselines_kept)} cell(s)):")
+        for reason in suite.baselines_kept:
+            terminalreporter.write_line(f"  {reason}")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session):
+    """Record the baselines, then let the summary print. The end of the session runs whole,
+    whatever presses arrive meanwhile (harness.common.interrupts)."""
+    INTERRUPTS.finishing = True
+    try:
+        suite = session.config.stash.get(SUITE_KEY, None)
+        if suite is not None and suite.options.update_baselines and (suite.results or suite.accuracy_results):
+            try:
+                suite.baseline_changes = suite.update_baselines()
+            except BaselineError as error:
+                suite.baseline_error = str(error)
+                session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
+        return (yield)
+    finally:
+        _exit_interrupted(session)
+
+
+def _exit_interrupted(session: pytest.Session) -> None:
+    if INTERRUPTS.interrupted:
+        session.exitstatus = INTERRUPTED_EXIT_STATUS
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A press that arrived after the summary still makes the session INTERRUPTED and is told."""
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        _exit_interrupted(session)
+    suite = config.stash.get(SUITE_KEY, None)
+    if suite is not None and INTERRUPTS.interrupted and not config.stash.get(INTERRUPT_TOLD_KEY, False):
+        INTERRUPTS.say(_interrupt_line(suite, []))
+    INTERRUPTS.session_over()
+    fd = config.stash.get(TERMINAL_FD_KEY, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    suite = config.stash.get(SUITE_KEY, None)
+    if suite is None:
+        return
+    skipped = []
+    if suite.accuracy_results:
+        terminalreporter.section("dlscale accuracy (final validation accuracy, verdict)")
+        terminalreporter.write_line(format_table(accuracy_rows(suite.accuracy_results)))
+        if INTERRUPTS.hurry:
+            skipped.append("the accuracy plots")
+        else:
+            with INTERRUPTS.writing():
+                plots = _write_accuracy_plots(suite.accuracy_results, suite.options.workdir.parent / "accuracy")
+            terminalreporter.write_line("plots: " + ", ".join(str(p) for p in plots))
+    if suite.results:
+        _write_summary(terminalreporter, suite)
+    if suite.baseline_changes is not None:
+        _report_baseline_changes(terminalreporter, suite)
+    if suite.baseline_error:
+        terminalreporter.write_line(f"baselines not updated: {suite.baseline_error}", red=True)
+    if suite.results and suite.options.results_json:
+        terminalreporter.write_line(f"results written to {suite.options.results_json}")
+    if suite.results and suite.options.report and INTERRUPTS.hurry:
+        skipped.append("the HTML report")
+    elif suite.results and suite.options.report:
+        with INTERRUPTS.writing():
+            collectives = Path(config.rootpath) / COLLECTIVES_FILE
+            index = write_report(suite.results_document(), suite.options.report,
+                                 collectives=collectives if collectives.exists() else None)
+        terminalreporter.write_line(f"report written to {index}")
+    if INTERRUPTS.interrupted:
+        terminalreporter.write_line(_interrupt_line(suite, skipped), yellow=True)
+        config.stash[INTERRUPT_TOLD_KEY] = True
+
+
+def _cores_words(suite: Suite) -> str:
+    if suite.uses_gpus:
+        return ""
+    cores = getattr(suite, "cores_per_rank", None)
+    if cores:
+        return f", {cores} core(s) per rank"
+    return ", ranks share the node's cores (more ranks than cores: E_G's ideal is below 1)"
+
+
+def _write_accuracy_plots(results, directory: Path) -> list[Path]:
+    from harness.report.plots_accuracy import write_all  # matplotlib: only when there is something to plot
+
+    outcomes = [r.outcome for r in results if r.outcome]
+    return write_all(outcomes, directory) if outcomes else []
+
+
+def _write_summary(terminalreporter, suite: Suite) -> None:
+    terminalreporter.section("dlscale summary")
+    terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, baselines {suite.baselines.path}"
+                                + _cores_words(suite))
+    terminalreporter.write_line(format_table(summary_rows(suite.results, getattr(suite, "baselines", None))))
+    counts = collections.Counter(result.verdict for result in suite.results)
+    terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
+    for result in suite.results:
+        for verdict in result.verdicts:
+            if verdict.kind in ("fail", "inconclusive", "stale", "machine-differs", "faster"):
+                terminalreporter.write_line(f"{result.cell.id}: {verdict.kind}: {verdict.message}")
+        if result.stack_changes:
+            terminalreporter.write_line(f"{result.cell.id}: {result.verdict} with software changed since the "
+                                        f"baseline: {', '.join(result.stack_changes)}")
+
+
+def _interrupt_line(suite: Suite, skipped: list[str]) -> str:
+    """One line: what an interrupted session kept and what it dropped."""
+    finished = [result.cell.id for result in suite.results] + [result.cell.id for result in suite.accuracy_results]
+    places = [name for name, used in (("results file", suite.options.results_json), ("history", suite.options.history_dir),
+                                      ("baselines", suite.baseline_changes)) if used]
+    kept = (f"kept {len(finished)} finished cell(s) ({', '.join(finished)})" + (f" in the {', '.join(places)}" if places else "")
+            if finished else "no cell had finished")
+    dropped = [f"the running cell {cell_id}" for cell_id in suite.cut_short] + skipped
+    presses = f"{INTERRUPTS.presses} presses" if INTERRUPTS.presses > 1 else "1 press"
+    return (f"dlscale: interrupted by {INTERRUPTS.signal_name} ({presses}): {kept}; "
+            f"dropped: {', '.join(dropped) or 'nothing'}")

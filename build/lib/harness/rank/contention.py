@@ -1,0 +1,171 @@
+"""How long a rank's threads waited for a CPU while they could have run: other work on the node.
+
+The kernel counts, per thread, the time it spent runnable on a run queue without a CPU
+(``/proc/<pid>/task/<tid>/schedstat``, second field, in nanoseconds). Sleeping, blocking on a
+socket or waiting for a collective do not count, so a slower loader, network or framework does
+not show here; a neighbour's job starting on the same cores does, within the very window it slowed.
+The machine yardstick (:mod:`harness.judging.yardstick`), timed before and after the window, can miss such
+a burst; this cannot. It cannot see a hypervisor's steal, which the yardstick does see.
+
+A rank's own extra CPU use makes it wait too: its DataLoader workers share its cores, and a
+framework's helper threads its process. A loader that got slower that way is a regression, and must
+not be excused as contention. So where a rank owns its cores (``--cores-per-rank``), it also reads
+how much of their time went to anything *outside* its own process tree (``outside_cpu``): the busy
+time of its cores in ``/proc/stat``, steal included, less the CPU time of the rank, its threads and
+its descendants (``/proc/<pid>/stat``). Only that outside share makes a fail untrustworthy.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Collection, Mapping, Sequence, TypeVar
+
+V = TypeVar("V")
+"""A verdict dataclass with ``kind`` and ``message`` (harness.judging.stats' or harness.store.baselines')."""
+
+NOTABLE_SHARE = 0.05
+"""A wait this much above the baseline's (a share of the step time) makes a fail untrustworthy.
+No larger than the narrowest band (5%): summed over a rank's threads, the wait is at least the
+time its compute thread lost, so a neighbour that alone pushed a cell past its band shows here."""
+
+
+def runqueue_wait_s(pid: int | str = "self") -> float | None:
+    """Seconds all threads of process ``pid`` have waited on a run queue so far; ``None`` where the
+    kernel does not keep schedstat (then there is nothing to say, rather than a zero)."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+            except FileNotFoundError:
+                continue  # the thread ended while we read
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e9
+
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def busy_ticks(cpus: Collection[int]) -> int | None:
+    """Clock ticks the ``cpus`` have spent on anything but idling so far (user, nice, system, irq,
+    softirq, and steal: time the hypervisor gave another guest); ``None`` where unreadable."""
+    total = 0
+    try:
+        with open("/proc/stat") as stat:
+            for line in stat:
+                name, *fields = line.split()
+                if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+                    total += user + nice + system + irq + softirq + steal
+    except (OSError, ValueError):
+        return None
+    return total
+
+
+def tree_ticks(pid: int | str = "self") -> int | None:
+    """Clock ticks of CPU process ``pid`` has used so far with its threads, its live descendants and
+    the children it has reaped; ``None`` where unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        own = sum(int(fields[index]) for index in (11, 12, 13, 14))  # utime stime cutime cstime
+        children = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                children += (task / "children").read_text().split()
+            except OSError:
+                continue  # the thread ended while we read
+    except (OSError, ValueError, IndexError):
+        return None
+    return own + sum(ticks for child in children if (ticks := tree_ticks(child)) is not None)
+
+
+class OutsideWork:
+    """Seconds of its ``cores``' time that anything outside this process's tree took since the
+    last reading: other jobs, the hypervisor's steal."""
+
+    def __init__(self, cores: Collection[int]):
+        self.cores = frozenset(cores)
+        self.last = self._ticks()
+
+    def _ticks(self) -> int | None:
+        busy, own = busy_ticks(self.cores), tree_ticks()
+        return None if busy is None or own is None else busy - own
+
+    def read(self) -> float | None:
+        now = self._ticks()
+        before, self.last = self.last, now
+        if now is None or before is None:
+            return None
+        return max(0, now - before) / TICKS_PER_S  # a tick counted late can make one step's share negative
+
+
+def outside_share(records: Sequence[Mapping]) -> float | None:
+    """The largest share of its own cores' time over its timed steps that work outside a rank's
+    process tree took; ``None`` unless every rank recorded its per-step ``outside_cpu``."""
+    shares = []
+    for record in records:
+        outside, steps, cores = record.get("outside_cpu"), record.get("step_times"), record.get("cores")
+        if outside is None or not steps or not cores or len(outside) != len(steps):
+            return None
+        shares.append(sum(outside) / (sum(steps) * len(cores)))
+    return max(shares) if shares else None
+
+
+def wait_share(records: Sequence[Mapping]) -> float | None:
+    """The largest share of its timed steps any rank's threads spent waiting for a CPU (thread-
+    seconds per second: 0.1 means a tenth of a thread's time), over the steps the throughput is
+    computed from; ``None`` unless every rank recorded its per-step ``cpu_wait``."""
+    shares = []
+    for record in records:
+        waits, steps = record.get("cpu_wait"), record.get("step_times")
+        if waits is None or not steps or len(waits) != len(steps):
+            return None
+        shares.append(sum(waits) / sum(steps))
+    return max(shares) if shares else None
+
+
+def contended(share: float | None, baseline_share: float | None, outside: float | None = None) -> bool:
+    """Whether other work competed for the cell's cores: work outside its ranks' process trees took
+    a notable share of their cores' time, or, where that was not measured, the ranks waited for a
+    CPU notably longer than when the baseline was recorded (a cell's own loader workers or helper
+    threads can make some wait its normal state)."""
+    if outside is not None:
+        return outside > NOTABLE_SHARE
+    return share is not None and baseline_share is not None and share - baseline_share > NOTABLE_SHARE
+
+
+def launch_contended(records: Sequence[Mapping], baseline_share: float | None) -> bool:
+    """:func:`contended` for one launch's records."""
+    return contended(wait_share(records), baseline_share, outside_share(records))
+
+
+def distrust(verdict: V, share: float | None, baseline_share: float | None, outside: float | None = None) -> V:
+    """A failing verdict made inconclusive when the ranks were ``contended``, saying why. A failing
+    verdict whose ranks waited notably while nothing outside the cell took their cores keeps its
+    kind, and says that the cell's own processes made the wait; one with a notable wait and no
+    baseline wait to compare with keeps its kind and says so."""
+    if verdict.kind != "fail":
+        return verdict
+    if outside is not None:
+        if contended(share, baseline_share, outside):
+            return dataclasses.replace(verdict, kind="inconclusive", message=(
+                f"{verdict.message}; not trusted: work outside the cell took {outside:.0%} of its cores' time "
+                "during the window (another job, or the hypervisor's steal); measure again on a quiet node"))
+        if share is not None and share > NOTABLE_SHARE:
+            return dataclasses.replace(verdict, message=(
+                f"{verdict.message}; its ranks waited for a CPU for {share:.0%} of the step time, but work outside "
+                f"the cell took only {outside:.0%} of its cores: its own processes (loader workers, framework "
+                "threads) made that wait, so the fail stands"))
+        return verdict
+    if share is None or share <= NOTABLE_SHARE:
+        return verdict
+    clause = f"its ranks waited for a CPU for {share:.0%} of the step time"
+    if not contended(share, baseline_share):
+        if baseline_share is None:
+            return dataclasses.replace(verdict, message=f"{verdict.message}; {clause} (other work on the node?)")
+        return verdict
+    return dataclasses.replace(verdict, kind="inconclusive", message=(
+        f"{verdict.message}; not trusted: {clause}, {baseline_share:.0%} when the baseline was recorded, so other "
+        "work competed for the cores; measure again on a quiet node"))

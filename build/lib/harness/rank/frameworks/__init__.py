@@ -1,0 +1,18 @@
+"""Framework adapters, one module each, registered by name and imported on first use."""
+from __future__ import annotations
+
+from harness.common.registry import Entry, Registry
+
+_FRAMEWORKS_SCRIPT = "bash ci/install_frameworks.sh .venv"
+_HOROVOD = {"requires": "horovod", "install": f"{_FRAMEWORKS_SCRIPT} (builds Horovod against your torch)",
+            "stack": {"horovod": "horovod"}, "uses_mpi": True}
+_DEEPSPEED = {"requires": "deepspeed", "install": f"pip install 'dlscale[deepspeed]' or {_FRAMEWORKS_SCRIPT}",
+              "stack": {"deepspeed": "deepspeed"}}
+
+FRAMEWORKS = Registry("framework", {
+    "ddp": Entry("harness.rank.frameworks.ddp:DDPAdapter"),
+    "horovod": Entry("harness.rank.frameworks.horovod:HorovodAdapter", **_HOROVOD),
+    "deepspeed": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", **_DEEPSPEED),
+    "deepspeed_zero1": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", {"zero_stage": 1}, **_DEEPSPEED),
+    "deepspeed_zero2": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", {"zero_stage": 2}, **_DEEPSPEED),
+})

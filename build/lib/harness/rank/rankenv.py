@@ -1,0 +1,93 @@
+"""Which rank am I? Read rank, world size, local rank and rendezvous address from whichever
+launcher started this process: torchrun (and launchers that imitate it), Open MPI, or Slurm."""
+from __future__ import annotations
+
+import dataclasses
+import socket
+from typing import Mapping
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RankInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    source: str
+    """Which launcher's variables were read: "torchrun" (also the deepspeed launcher), "horovodrun",
+    "openmpi" or "slurm"."""
+
+
+class RankEnvironmentError(RuntimeError):
+    pass
+
+
+def _first_host(nodelist: str) -> str:
+    """First host of a Slurm node list such as ``node[03-05,07],gpu1`` -> ``node03``."""
+    prefix, bracket, rest = nodelist.partition("[")
+    if "," in prefix:  # the first entry has no bracket
+        return prefix.split(",")[0]
+    if not bracket:
+        return prefix
+    first_range = rest.split("]")[0].split(",")[0]
+    return prefix + first_range.split("-")[0]
+
+
+def read_rank_info(env: Mapping[str, str]) -> RankInfo:
+    """Map a launcher's environment to a :class:`RankInfo`.
+
+    Order matters: torchrun-style and horovodrun's variables are explicit; Open MPI's are checked
+    before Slurm's because ``mpirun`` inside an ``sbatch`` allocation inherits the batch step's
+    ``SLURM_PROCID``.
+    """
+    addr = env.get("MASTER_ADDR")
+    port = env.get("MASTER_PORT")
+    if "RANK" in env and "WORLD_SIZE" in env:
+        source = "torchrun"
+        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+        local_rank = int(env.get("LOCAL_RANK", rank))
+        # deepspeed's launcher says LOCAL_SIZE where torchrun says LOCAL_WORLD_SIZE
+        local_world = int(env.get("LOCAL_WORLD_SIZE") or env.get("LOCAL_SIZE") or world)
+    elif "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:
+        # horovodrun --gloo (its MPI mode goes through mpirun and gives Open MPI's variables)
+        source = "horovodrun"
+        rank, world = int(env["HOROVOD_RANK"]), int(env["HOROVOD_SIZE"])
+        local_rank = int(env.get("HOROVOD_LOCAL_RANK", rank))
+        local_world = int(env.get("HOROVOD_LOCAL_SIZE", world))
+        addr = addr or env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
+    elif "OMPI_COMM_WORLD_RANK" in env:
+        source = "openmpi"
+        rank, world = int(env["OMPI_COMM_WORLD_RANK"]), int(env["OMPI_COMM_WORLD_SIZE"])
+        local_rank = int(env["OMPI_COMM_WORLD_LOCAL_RANK"])
+        local_world = int(env["OMPI_COMM_WORLD_LOCAL_SIZE"])
+    elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        source = "slurm"
+        rank, world = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
+        local_rank = int(env.get("SLURM_LOCALID", 0))
+        tasks_per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", "1")
+        local_world = int(tasks_per_node.split("(")[0].split(",")[0])
+        if addr is None:
+            nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+            addr = _first_host(nodelist) if nodelist else None
+    else:
+        raise RankEnvironmentError(
+            "no launcher variables found: expected torchrun's RANK/WORLD_SIZE, Open MPI's "
+            "OMPI_COMM_WORLD_RANK/SIZE or Slurm's SLURM_PROCID/SLURM_NTASKS; start the worker "
+            "through srun, mpirun or torchrun"
+        )
+    if world < 1 or not 0 <= rank < world:
+        raise RankEnvironmentError(f"{source} gave rank {rank} of world size {world}")
+    if addr is None or port is None:
+        missing = [name for name, value in (("MASTER_ADDR", addr), ("MASTER_PORT", port)) if value is None]
+        raise RankEnvironmentError(f"rendezvous address incomplete: {', '.join(missing)} not set ({source} launch)")
+    return RankInfo(rank=rank, world_size=world, local_rank=local_rank, local_world_size=local_world,
+                    master_addr=addr, master_port=int(port), source=source)
+
+
+def free_port() -> int:
+    """A TCP port no process listens on now, for a rendezvous this process sets up."""
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]

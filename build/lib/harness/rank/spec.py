@@ -1,0 +1,69 @@
+"""What one launch tells each of its ranks: the spec file the runner writes and every worker reads.
+
+    WorkerSpec(cell=..., workload=..., output_dir=..., options=RankOptions(device="cpu")).to_json()
+    WorkerSpec.from_json(json.loads(path.read_text()))   # a key it does not know is an error
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from harness.rank.faults import Fault
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataDelay:
+    """A slow loader on purpose: ``seconds`` before each batch, on ``rank`` (every rank if None)."""
+    seconds: float
+    rank: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RankOptions:
+    """How every rank of a launch runs, beyond its cell and workload."""
+    device: str = "auto"
+    """``auto`` (a GPU per rank where there are GPUs), ``cpu`` or ``cuda``."""
+    cores_per_rank: int | None = None
+    """Cores each rank binds to (harness.machine.binding); None: no binding on CPU, near its GPU on GPU."""
+    threads_per_rank: int | None = None
+    """torch threads per rank where the rank binds to no cores; None: the node's cores shared."""
+    framework_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the framework adapter, beyond its registry preset."""
+    yardstick: bool = True
+    """Time the machine yardstick before and after training (CPU cells)."""
+    fault: Fault | None = None
+    data_delay: DataDelay | None = None
+    accuracy: Mapping[str, Any] | None = None
+    """The accuracy task's settings (harness.config.cells.AccuracySettings): run it instead of a
+    scaling cell's training."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkerSpec:
+    cell: Mapping[str, Any]
+    """The cell's fields: a scaling cell's (harness.config.cells.Cell) or an accuracy cell's."""
+    workload: Mapping[str, Any] | None
+    """The workload's fields (harness.rank.workload.Workload); None for the accuracy task."""
+    output_dir: str
+    launch_environment: tuple[str, ...] = ()
+    """The site's launch settings by name, which each rank reports as it sees them."""
+    options: RankOptions = RankOptions()
+
+    def to_json(self) -> dict:
+        options = dataclasses.asdict(self.options)
+        return {"cell": dict(self.cell), "workload": dict(self.workload) if self.workload is not None else None,
+                "output_dir": self.output_dir, "launch_environment": list(self.launch_environment), **options}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkerSpec:
+        own = {"cell", "workload", "output_dir", "launch_environment"}
+        option_names = {field.name for field in dataclasses.fields(RankOptions)}
+        if unknown := set(data) - own - option_names:
+            raise ValueError(f"unknown worker spec keys: {', '.join(sorted(unknown))}")
+        options = {name: data[name] for name in option_names & set(data)}
+        if options.get("fault") is not None:
+            options["fault"] = Fault(**options["fault"])
+        if options.get("data_delay") is not None:
+            options["data_delay"] = DataDelay(**options["data_delay"])
+        return cls(cell=data["cell"], workload=data.get("workload"), output_dir=data["output_dir"],
+                   launch_environment=tuple(data.get("launch_environment", ())), options=RankOptions(**options))

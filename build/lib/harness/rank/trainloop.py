@@ -1,0 +1,166 @@
+"""The shared training loop: warm-up steps, then timed steps, the same for every framework.
+
+Each timed step is timed in three back-to-back parts, each ending at a device synchronisation:
+the wait for the batch (``data_wait``), the adapter's ``forward_backward`` (``fwd_bwd``: local
+compute plus whatever gradient communication it does not hide) and its ``optimizer_step``
+(``optimizer``). Between steps, outside their timing, the rank reads how long its threads waited
+for a CPU during the step (``cpu_wait``, :mod:`harness.rank.contention`) and, on cores it owns, how much
+of their time work outside its process tree took (``outside_cpu``). A :class:`ComputeProbe` times
+forward+backward of a private copy of the model with no communication at all (``compute_probe``),
+before and after the timed window; harness.judging.breakdown splits ``fwd_bwd`` into compute and exposed
+communication with it.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from typing import Callable, Collection, Iterable, Iterator
+
+import torch
+
+from harness.rank.contention import OutsideWork, runqueue_wait_s
+from harness.rank.frameworks.base import FrameworkAdapter, LossFn
+
+ProgressFn = Callable[[str, int, int], None]
+Sync = Callable[[], None]
+
+PROBE_STEPS = 3
+"""Probe steps before and after the timed window (each side)."""
+
+
+def device_sync(device: torch.device) -> Sync:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+class ComputeProbe:
+    """Forward and backward of a private copy of the (unwrapped) model on this rank alone.
+
+    Built from the model before the adapter wraps it, so no framework hook, bucket or collective
+    touches it: every framework's compute is measured the same way. The copy is never updated (the
+    step's cost does not depend on the weights' values) and is freed by :meth:`close`.
+    """
+
+    def __init__(self, model: torch.nn.Module, loss_fn: LossFn):
+        self.model: torch.nn.Module | None = copy.deepcopy(model)
+        self.loss_fn = loss_fn
+
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor, sync: Sync) -> float:
+        assert self.model is not None, "probe used after close()"
+        sync()
+        started = time.perf_counter()
+        loss = self.loss_fn(self.model(images), labels)
+        loss.backward()
+        sync()  # the probe's kernels have finished
+        elapsed = time.perf_counter() - started
+        self.model.zero_grad(set_to_none=True)  # as the adapters' optimizer steps leave the gradients
+        return elapsed
+
+    def close(self) -> None:
+        self.model = None
+
+
+class DelayedBatches:
+    """``batches`` with ``seconds`` of sleep before each batch: a data-loading slowdown on purpose,
+    for the breakdown's own drills (the sleep lands in ``data_wait`` as a slow loader's would)."""
+
+    def __init__(self, batches: Iterable, seconds: float):
+        if seconds < 0:
+            raise ValueError(f"a data delay must be >= 0 s, got {seconds}")
+        self.batches = batches
+        self.seconds = seconds
+
+    def __iter__(self) -> Iterator:
+        for batch in self.batches:
+            time.sleep(self.seconds)
+            yield batch
+
+
+def _probe(probe: ComputeProbe, batch, count: int, sync: Sync) -> list[float]:
+    images, labels = batch
+    return [probe(images, labels, sync) for _ in range(count)]
+
+
+def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, steps: int,
+          device: torch.device, progress: ProgressFn, probe: ComputeProbe | None = None,
+          probe_steps: int = PROBE_STEPS, own_cores: Collection[int] | None = None) -> dict:
+    """Run ``warmup_steps`` untimed then ``steps`` timed training steps; return this rank's samples.
+
+    With a ``probe``, ``probe_steps`` local compute probes run on the last warm-up batch just before
+    the timed window and on the last timed batch just after it (outside ``window_s``), so that a
+    drift in the machine's speed during the window shows as a spread of the probes. The probes never
+    take a batch of their own: every step sees the batches it would see without them.
+
+    ``own_cores``: the cores this rank owns alone (bound to them), whose time taken by work outside
+    its process tree is recorded per step.
+    """
+    sync = device_sync(device)
+    stream = iter(batches)
+    step_times: list[float] = []
+    data_waits: list[float] = []
+    fwd_bwd: list[float] = []
+    optimizer: list[float] = []
+    losses: list[torch.Tensor] = []
+    probes: list[float] = []
+    cpu_waits: list[float] = []
+    outside: list[float | None] = []
+    outside_work = None
+    waited = None
+    images_seen = 0
+    batch = None
+    for phase, count in (("warmup", warmup_steps), ("timed", steps)):
+        if phase == "timed":
+            if probe is not None and batch is not None:  # without warm-up, only after the window
+                probes += _probe(probe, batch, probe_steps, sync)
+            adapter.barrier()  # every rank starts the timed window together
+            waited = runqueue_wait_s()
+            outside_work = OutsideWork(own_cores) if own_cores else None
+            window_start = time.perf_counter()
+        for index in range(count):
+            started = time.perf_counter()
+            batch = images, labels = next(stream)
+            sync()  # the host-to-device copy belongs to data loading
+            fetched = time.perf_counter()
+            loss = adapter.forward_backward(images, labels)
+            sync()  # backward's kernels and the gradient collectives it waits for have finished
+            computed = time.perf_counter()
+            adapter.optimizer_step()
+            sync()  # the update's kernels (and, for ZeRO, its parameter gather) have finished
+            finished = time.perf_counter()
+            if phase == "timed":
+                step_times.append(finished - started)
+                data_waits.append(fetched - started)
+                fwd_bwd.append(computed - fetched)
+                optimizer.append(finished - computed)
+                losses.append(loss.detach())
+                images_seen += images.shape[0]
+                if waited is not None:  # read between steps, outside their timing
+                    before, waited = waited, runqueue_wait_s()
+                    if waited is None:
+                        cpu_waits.clear()  # schedstat went away: record nothing rather than a part
+                    else:
+                        cpu_waits.append(waited - before)
+                if outside_work is not None:
+                    outside.append(outside_work.read())
+            progress(phase, index + 1, count)
+    window = time.perf_counter() - window_start
+    samples = {
+        "step_times": step_times,
+        "data_wait": data_waits,
+        "losses": [float(value) for value in losses],
+        "images": images_seen,
+        "window_s": window,
+        "fwd_bwd": fwd_bwd,
+        "optimizer": optimizer,
+    }
+    if len(cpu_waits) == len(step_times):
+        samples["cpu_wait"] = cpu_waits
+    if outside and None not in outside:
+        samples["outside_cpu"] = outside
+    if probe is not None:
+        if batch is not None:
+            probes += _probe(probe, batch, probe_steps, sync)
+        probe.close()
+        samples["compute_probe"] = probes
+    return samples

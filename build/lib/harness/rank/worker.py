@@ -1,0 +1,210 @@
+"""One rank of a cell. Started by a launcher, once per rank:
+
+    srun -n 2 python -m harness.rank.worker SPEC.json
+
+Reads its rank from the launcher's environment, trains, and writes ``record-rank<R>.json`` (or
+``error-rank<R>.json`` with the traceback) into the spec's output directory. Progress goes to
+``progress-rank<R>.json`` so the runner can tell a live rank from a hung one.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Iterator
+
+from harness.common.jsonio import write_json_atomic
+from harness.rank.rankenv import RankInfo, read_rank_info
+from harness.rank.spec import WorkerSpec
+
+
+def address_toward(host: str, port: int) -> str | None:
+    """This rank's own address on the route to ``host``: the interface its traffic to the rendezvous
+    leaves by. A UDP connect only picks the route; nothing is sent. None when there is no route."""
+    try:
+        family, _, _, _, target = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(target)
+            return probe.getsockname()[0]
+    except OSError:
+        return None
+
+
+class ProgressFile:
+    """Heartbeat and progress for the runner: rewritten at most every ``interval`` seconds."""
+
+    def __init__(self, path: Path, rank: int, interval: float = 1.0):
+        self.path = path
+        self.rank = rank
+        self.interval = interval
+        self.last_write = 0.0
+
+    def __call__(self, phase: str, step: int, of: int) -> None:
+        now = time.time()
+        if now - self.last_write >= self.interval or step == of:
+            write_json_atomic(self.path, {"rank": self.rank, "phase": phase, "step": step, "of": of, "time": now})
+            self.last_write = now
+
+
+def pick_device(requested: str, rank: RankInfo):
+    import torch
+
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if rank.local_rank >= count:
+        raise RuntimeError(f"local rank {rank.local_rank} has no GPU: this node shows {count}")
+    torch.cuda.set_device(rank.local_rank)
+    return torch.device("cuda", rank.local_rank)
+
+
+def threads_for(rank: RankInfo, requested: int | None) -> int:
+    """CPU threads per rank: the node's cores shared fairly among its ranks unless given."""
+    if requested:
+        return requested
+    return max(1, len(os.sched_getaffinity(0)) // rank.local_world_size)
+
+
+@contextlib.contextmanager
+def framework_on_this_rank(framework: str, ranks: int, batch_per_rank: int, spec: WorkerSpec, rank: RankInfo,
+                           device) -> Iterator:
+    """The cell's framework adapter, set up for this rank's world and shut down after the block."""
+    from harness.rank.frameworks import FRAMEWORKS
+
+    if ranks != rank.world_size:
+        raise RuntimeError(f"cell {Path(spec.output_dir).name} wants {ranks} ranks but the launcher started "
+                           f"{rank.world_size}")
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master_addr, str(rank.master_port)
+    adapter = FRAMEWORKS.create(framework, **spec.options.framework_options)
+    adapter.configure(batch_size=batch_per_rank)
+    adapter.setup(rank, device)
+    try:
+        yield adapter
+    finally:
+        adapter.shutdown()
+
+
+def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
+    import torch
+
+    from harness.config.cells import Cell
+    from harness.judging.yardstick import run_yardstick
+    from harness.machine.binding import bind, bind_near_gpu
+    from harness.machine.provenance import package_versions
+    from harness.rank.faults import with_fault, with_fault_batches
+    from harness.rank.loaders import LOADERS
+    from harness.rank.models import build_model
+    from harness.rank.trainloop import ComputeProbe, DelayedBatches, train
+    from harness.rank.workload import Workload
+
+    cell, workload, options = Cell(**spec.cell), Workload(**spec.workload), spec.options
+    device = pick_device(options.device, rank)
+    if options.cores_per_rank:
+        cores = bind(rank.local_rank, options.cores_per_rank)
+    elif device.type == "cuda":
+        cores = bind_near_gpu(rank.local_rank, rank.local_world_size)
+    else:
+        cores = None
+    threads = len(cores) if cores else threads_for(rank, options.threads_per_rank)
+    torch.set_num_threads(threads)
+    torch.manual_seed(workload.seed)
+    progress = with_fault(progress, options.fault, rank.rank)
+    progress("setup", 0, 1)
+
+    # The yardstick runs before the framework starts and after it has shut down, so that none of
+    # its threads (Horovod's background loop, DeepSpeed's, gloo's) can slow it. A CPU yardstick
+    # says nothing about a GPU's speed, so GPU cells go without.
+    yardstick = run_yardstick() if device.type == "cpu" and options.yardstick else None
+    with framework_on_this_rank(cell.framework, cell.ranks, workload.batch_size, spec, rank, device) as adapter:
+        model = build_model(cell.model, workload.num_classes).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=workload.base_lr * rank.world_size,
+                                    momentum=workload.momentum, weight_decay=workload.weight_decay)
+        loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=workload.label_smoothing)
+        probe = ComputeProbe(model, loss_fn)  # copied before any framework hooks the model
+        adapter.wrap(model, optimizer, loss_fn)
+        progress("setup", 1, 1)
+        loader = LOADERS.create(cell.loader, workload=workload, rank=rank, device=device)
+        try:
+            delay = options.data_delay  # a slow loader on purpose
+            batches = (DelayedBatches(loader, delay.seconds)
+                       if delay and delay.rank in (None, rank.rank) else loader)
+            batches = with_fault_batches(batches, progress)  # a 'slow' fault sleeps inside the timed steps
+            samples = train(adapter, batches, warmup_steps=workload.warmup_steps, steps=workload.steps,
+                            device=device, progress=progress, probe=probe, own_cores=cores)
+        finally:
+            loader.close()
+        framework_settings = adapter.settings()
+    if yardstick is not None:
+        yardstick += run_yardstick()
+    return {
+        "cell": cell.id,
+        **dataclasses.asdict(rank),
+        "host": socket.gethostname(),
+        "addr": address_toward(rank.master_addr, rank.master_port),
+        "pid": os.getpid(),
+        "device": str(device),
+        "threads": threads,
+        **({"cores": cores} if cores else {}),
+        # as this rank sees them: a launcher that drops the site's settings shows here
+        "launch_environment": {name: os.environ.get(name) for name in spec.launch_environment},
+        "framework_settings": framework_settings,
+        "loader_settings": loader.settings(),
+        "versions": package_versions(),
+        **samples,
+        **({"yardstick": yardstick} if yardstick is not None else {}),
+    }
+
+
+def run_accuracy_task(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
+    """The accuracy task (harness.tasks.accuracy) under the cell's framework, on this rank."""
+    import torch
+
+    from harness.tasks.accuracy import run_accuracy
+
+    cell, settings = spec.cell, spec.options.accuracy
+    torch.set_num_threads(threads_for(rank, spec.options.threads_per_rank))
+    device = pick_device(spec.options.device, rank)
+    with framework_on_this_rank(cell["framework"], cell["ranks"], cell["batch_per_rank"], spec, rank,
+                                device) as adapter:
+        outcome = run_accuracy(adapter, rank=rank, device=device, schedule=cell["schedule"],
+                               epochs=settings["epochs"], batch_per_rank=cell["batch_per_rank"],
+                               base_lr=settings["base_lr"], reference_batch=settings["reference_batch"],
+                               warmup_epochs=settings["warmup_epochs"], label_smoothing=settings["label_smoothing"],
+                               seed=settings["seed"], progress=progress)
+    return {**dataclasses.asdict(rank), "host": socket.gethostname(), "pid": os.getpid(), **outcome}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    spec = WorkerSpec.from_json(json.loads(Path(argv[1]).read_text()))
+    output = Path(spec.output_dir)
+    label = f"pid{os.getpid()}"
+    try:
+        rank = read_rank_info(os.environ)
+        label = f"rank{rank.rank}"
+        task = run_accuracy_task if spec.options.accuracy is not None else run
+        record = task(spec, rank, ProgressFile(output / f"progress-{label}.json", rank.rank))
+        write_json_atomic(output / f"record-{label}.json", record)
+        return 0
+    except BaseException as error:  # noqa: BLE001 - every failure must reach the runner
+        write_json_atomic(output / f"error-{label}.json", {
+            "rank": label, "host": socket.gethostname(), "pid": os.getpid(),
+            "error": f"{type(error).__name__}: {error}",
+            "traceback": traceback.format_exc()[-4000:],
+        })
+        sys.stderr.write(f"[dlscale worker {label}] {type(error).__name__}: {error}\n")
+        sys.stderr.flush()
+        # Skip interpreter teardown: with peers stuck in a collective it can block for minutes.
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

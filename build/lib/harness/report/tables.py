@@ -1,0 +1,68 @@
+"""The text tables a session prints at its end: the cells' summary, the accuracy cells' table."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from harness.judging.yardstick import normalise
+
+if TYPE_CHECKING:
+    from harness.store.baselines import BaselineFile
+    from harness.session.results import AccuracyResult, CellResult
+    from harness.judging.stats import Estimate
+
+
+def summary_rows(results: Sequence[CellResult], baselines: BaselineFile | None) -> list[list[str]]:
+    """One row per measured cell: its interval, E_G, baseline, change, machine speed and verdict."""
+    rows = [["cell", "launcher", "img/s (95% CI)", "img/s/rank", "E_G (95% CI)", "baseline img/s", "delta",
+             "machine", "runs", "verdict"]]
+    for r in results:
+        reference = baselines.reference(r.cell.id, "throughput") if baselines else None
+        baseline = f"{reference.value:.1f}" if reference else "-"
+        if r.metrics is None:
+            rows.append([r.cell.id, r.run.launcher, "-", "-", "-", baseline, "-", "-", str(len(r.runs)),
+                         f"error ({r.run.status})"])
+            continue
+        if reference is None:
+            delta = "-"
+        elif r.verdict == "machine-differs":  # normalising across machines means nothing: as measured
+            delta = f"{r.throughput.value / reference.value - 1:+.1%} raw"
+        else:
+            delta = f"{normalise(r.throughput.value, r.machine_speed) / reference.value - 1:+.1%}"
+        machine = f"{r.machine_speed - 1:+.1%}" if r.machine_speed else "-"
+        efficiency = format_interval(r.efficiency, 3) if r.efficiency else "-"
+        if r.efficiency_source == "baseline":
+            efficiency += " (ref: baseline)"
+        rows.append([r.cell.id, r.run.launcher, format_interval(r.throughput, 1),
+                     f"{r.throughput.value / r.cell.ranks:.1f}", efficiency, baseline, delta, machine,
+                     f"{len(r.runs)} ({r.contended_runs} contended, left out)" if r.contended_runs else str(len(r.runs)),
+                     r.verdict])
+    return rows
+
+
+def accuracy_rows(results: Sequence[AccuracyResult]) -> list[list[str]]:
+    """Final validation accuracy, one row per schedule, one column per global batch."""
+    batches = sorted({r.cell.global_batch for r in results})
+    rows = [["schedule"] + [f"batch {b}" for b in batches]]
+    for schedule in dict.fromkeys(r.cell.schedule for r in results):
+        row = [schedule]
+        for batch in batches:
+            found = [r for r in results if r.cell.schedule == schedule and r.cell.global_batch == batch]
+            row.append(", ".join(f"{r.outcome['final_val_accuracy']:.1%} ({r.verdict.kind})" if r.outcome
+                                 else f"error ({r.run.status})" for r in found) or "-")
+        rows.append(row)
+    return rows
+
+
+def format_interval(estimate: Estimate, digits: int) -> str:
+    if estimate.low == estimate.high:
+        return f"{estimate.value:.{digits}f}"
+    if estimate.too_few_samples:
+        return f"{estimate.value:.{digits}f} [no CI]"
+    return f"{estimate.value:.{digits}f} [{estimate.low:.{digits}f}, {estimate.high:.{digits}f}]"
+
+
+def format_table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)

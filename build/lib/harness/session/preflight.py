@@ -1,0 +1,177 @@
+"""What a session checks and prepares once, before its first cell starts: every place it writes,
+the data its loaders read, the baseline and history files it extends, the rank counts and the
+cores each CPU rank owns. Each check raises :class:`harness.config.options.SuiteError` naming the option
+or file, so a bad input launches nothing and changes no file."""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Callable, Iterable
+
+from harness.config.cells import (DEFAULT_MATRIX, AccuracyCell, Cell, Matrix, check_name, parse_cell_id, parse_names,
+                                  parse_ranks)
+from harness.config.options import SuiteError, SuiteOptions
+from harness.data.dataset import DatasetError, ensure, validate_image_folder
+from harness.data.tfrecord import TFRecordError, convert, open_tfrecord_set
+from harness.launch.launchers import LAUNCHERS, Launcher
+from harness.machine import allocation
+from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
+from harness.rank.models import MODELS
+from harness.store.baselines import BaselineFile
+from harness.store.history import read as read_history
+
+DEFAULT_DATASET = Path(os.environ.get("DLSCALE_CACHE", Path.home() / ".cache" / "dlscale")) / "dataset"
+
+
+def matrix_of(options: SuiteOptions) -> Matrix:
+    """The cells the options ask for: each name checked against its registry."""
+    try:
+        matrix = Matrix(
+            frameworks=parse_names("--frameworks", options.frameworks, FRAMEWORKS) if options.frameworks
+            else DEFAULT_MATRIX.frameworks,
+            loaders=parse_names("--loaders", options.loaders, LOADERS) if options.loaders else DEFAULT_MATRIX.loaders,
+            models=parse_names("--models", options.models, MODELS) if options.models else DEFAULT_MATRIX.models,
+            ranks=parse_ranks(options.gpus) if options.gpus else DEFAULT_MATRIX.ranks)
+        if options.launcher:
+            check_name("--launcher", options.launcher, LAUNCHERS)
+    except ValueError as error:
+        raise SuiteError(str(error)) from None
+    return matrix
+
+
+def skip_reason(cell: Cell | AccuracyCell, gpus: bool, capacity: int, where: str) -> str | None:
+    """Why a cell of the matrix cannot run here (its package missing, no GPU, too few ranks), or None."""
+    missing = FRAMEWORKS.missing(cell.framework) or (isinstance(cell, Cell) and LOADERS.missing(cell.loader))
+    if missing:
+        return missing
+    if isinstance(cell, Cell) and LOADERS.entry(cell.loader).needs_gpu and not gpus:
+        return f"loader {cell.loader} decodes on the GPU and this machine has none"
+    if cell.ranks > capacity:
+        return f"{cell.id} needs {cell.ranks} ranks but {where}"
+    return None
+
+
+def usable_launcher(name: str, environment: dict) -> Launcher:
+    launcher = LAUNCHERS.create(name, environment=environment)
+    reason = launcher.unavailable_reason()
+    if reason:
+        raise SuiteError(f"launcher {name} is not usable: {reason}. Choose another with --launcher "
+                         f"({', '.join(LAUNCHERS.names())})")
+    return launcher
+
+
+def uses_gpus(device: str) -> bool:
+    if device == "cpu":
+        return False
+    if device == "cuda":
+        return True
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def check_rank_counts(options: SuiteOptions, ranks: Iterable[int], capacity: int, where: str) -> None:
+    """Counts asked for with --gpus must fit; default counts that do not are skipped (skip_reason)."""
+    largest = max(ranks)
+    if options.gpus and largest > capacity:
+        raise SuiteError(f"--gpus {options.gpus}: {largest} ranks asked for, but {where}")
+
+
+def cores_per_rank(options: SuiteOptions, ranks: Iterable[int], capacity: int, gpus: bool) -> int | None:
+    """Cores each rank of a CPU cell owns: ``--cores-per-rank``, else the node's cores over the
+    most ranks a cell of this session puts on one node; None for GPU cells (a rank owns its
+    GPU) and where the ranks outnumber the cores (then they share them, and say so)."""
+    if gpus:
+        return None
+    job = allocation.from_env(os.environ)
+    node_cores = min(job.cpus_per_node) if job and job.cpus_per_node else len(os.sched_getaffinity(0))
+    largest = max((count for count in ranks if count <= capacity), default=1)
+    per_node = math.ceil(largest / (job.nodes if job else 1))
+    asked = options.cores_per_rank
+    if asked is not None:
+        if asked * per_node > node_cores:
+            raise SuiteError(f"--cores-per-rank {asked}: the largest cell puts {per_node} rank(s) on a node of "
+                             f"{node_cores} core(s), which holds at most {node_cores // per_node} per rank")
+        return asked
+    return node_cores // per_node if per_node <= node_cores else None
+
+
+def unwritable(directory: Path) -> str | None:
+    """Why files cannot be made in ``directory`` (created with its parents if missing), or None."""
+    existing = Path(os.path.abspath(directory))
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def check_writable_places(o: SuiteOptions) -> None:
+    """Everything the session will write must be writable before the first cell, not after it."""
+    places = [("--results-dir", o.workdir, o.workdir),
+              ("--results-json", o.results_json, o.results_json.parent if o.results_json else None),
+              ("--report", o.report, o.report), ("--history-dir", o.history_dir, o.history_dir),
+              ("--baselines-dir", o.baselines_dir, o.baselines_dir if o.update_baselines else None)]
+    for option, given, directory in places:
+        why = unwritable(directory) if directory is not None else None
+        if why:
+            raise SuiteError(f"{option}: cannot write {given}: {why}")
+
+
+def check_baseline_cells(baselines: BaselineFile) -> None:
+    """A baseline entry for no cell this dlscale knows (a typo, a renamed model) would silently
+    never be judged: refuse the file until it is corrected."""
+    for cell_id in baselines.data["cells"]:
+        try:
+            parse_cell_id(cell_id)
+        except ValueError as error:
+            raise SuiteError(f"baseline file {baselines.path}: {error}; correct or remove that entry") from None
+
+
+def check_history(path: Path) -> None:
+    """Refuse to append to a history file holding a line dlscale does not write: something else
+    writes there. A line an interrupted run cut short is expected (history/README.md, "Damage")."""
+    try:
+        _, problems = read_history(path)
+    except OSError as error:
+        raise SuiteError(f"history file {path} cannot be read: {error.strerror}") from None
+    foreign = [problem for problem in problems if not problem.torn]
+    if foreign:
+        others = f", nor are {len(foreign) - 1} other line(s)" if len(foreign) > 1 else ""
+        raise SuiteError(f"history file {path} line {foreign[0].line} is not a line dlscale writes "
+                         f"({foreign[0].why}){others}; delete it, or pass another --history-dir or --no-history")
+
+
+def prepare_data(options: SuiteOptions, loaders: set[str]) -> tuple[Path | None, Path | None]:
+    """The ImageFolder tree and the TFRecord shards the ``loaders`` read, checked or generated."""
+    needs_folder = bool(loaders & FILE_LOADERS)
+    needs_tfrecord = bool(loaders & TFRECORD_LOADERS)
+    folder = tfrecord = None
+    try:
+        if options.data is not None and (needs_folder or needs_tfrecord):
+            folder = _given_data("--data", options.data, validate_image_folder)
+        elif needs_folder or (needs_tfrecord and options.data_tfrecord is None):
+            folder = ensure(DEFAULT_DATASET, classes=100, per_class=24, size=96)
+        if needs_tfrecord and options.data_tfrecord is not None:
+            tfrecord = _given_data("--data-tfrecord", options.data_tfrecord, open_tfrecord_set)
+        elif needs_tfrecord and options.data is not None:
+            raise SuiteError("the -tfrecord loaders read TFRecord shards: pass --data-tfrecord DIR (make one "
+                             f"from your ImageFolder with: python -m harness.data.tfrecord --from {options.data} "
+                             "--to DIR)")
+        elif needs_tfrecord:
+            tfrecord = convert(folder, DEFAULT_DATASET.with_name(DEFAULT_DATASET.name + "-tfrecord"))
+    except (DatasetError, TFRecordError) as error:
+        raise SuiteError(str(error)) from None
+    return folder, tfrecord
+
+
+def _given_data(option: str, path: Path, check: Callable[[Path], object]) -> Path:
+    try:
+        check(Path(path))
+    except (DatasetError, TFRecordError) as error:
+        raise SuiteError(f"{option}: {error}") from None
+    return Path(path).resolve()

@@ -1,0 +1,96 @@
+"""What a session keeps of each cell: its launches, pooled records, estimates and verdicts."""
+from __future__ import annotations
+
+import dataclasses
+
+from harness.common.jsonio import finite_or_none
+from harness.config.cells import AccuracyCell, Cell
+from harness.judging.breakdown import CellBreakdown
+from harness.judging.metrics import CellMetrics
+from harness.judging.stats import Estimate
+from harness.judging.verdicts import Verdict, overall
+from harness.judging.yardstick import Yardstick
+from harness.launch.runner import CellRun
+
+
+@dataclasses.dataclass(kw_only=True)
+class CellResult:
+    cell: Cell
+    runs: list[CellRun]
+    """Every launch of the cell: more than one when it was measured again for precision."""
+    config_hash: str
+    records: list[dict] = dataclasses.field(default_factory=list)
+    """One pooled record per rank: every run's timed steps after the detected warm-up."""
+    warmup_dropped: list[int] = dataclasses.field(default_factory=list)
+    """Leading timed steps of each run detected as warm-up (MSER-5) and left out."""
+    metrics: CellMetrics | None = None
+    throughput: Estimate | None = None
+    efficiency: Estimate | None = None
+    efficiency_source: str | None = None
+    """"measured" (reference cell in this run), "baseline", or "by definition" (the reference cell)."""
+    verdicts: list[Verdict] = dataclasses.field(default_factory=list)
+    fingerprint: dict | None = None
+    breakdown: CellBreakdown | None = None
+    yardstick: Yardstick | None = None
+    """The machine's speed during the cell's launches; ``None`` for GPU cells."""
+    machine_speed: float | None = None
+    """The machine's speed relative to the baseline's by the yardstick (a throughput is normalised by
+    it only where it moved beyond the yardstick's own launch-to-launch noise)."""
+    cpu_wait_share: float | None = None
+    """The largest share of its window a rank's threads waited for a CPU (harness.rank.contention)."""
+    outside_share: float | None = None
+    """The largest share of a rank's own cores' time that work outside the cell took."""
+    contended_runs: int = 0
+    """Launches left out of the pooled samples because other work competed for the cores."""
+    stack_changes: list[str] = dataclasses.field(default_factory=list)
+    """Software that changed since the baseline was recorded (``"torch 2.13.1 -> 2.14.1"``)."""
+
+    @property
+    def run(self) -> CellRun:
+        return self.runs[-1]
+
+    @property
+    def ok(self) -> bool:
+        return all(run.ok for run in self.runs)
+
+    @property
+    def verdict(self) -> str:
+        if not self.ok:
+            return "error"
+        return overall(self.verdicts)
+
+    def to_json(self) -> dict:
+        return {
+            "cell": self.cell.id, "launcher": self.run.launcher, "status": self.run.status, "error": self.run.error,
+            "runs": len(self.runs), "wall_s": round(sum(run.wall_s for run in self.runs), 3),
+            "command": self.run.command, "warmup_dropped": self.warmup_dropped,
+            "metrics": dataclasses.asdict(self.metrics) if self.metrics else None,
+            "throughput": estimate_json(self.throughput), "efficiency": estimate_json(self.efficiency),
+            "efficiency_source": self.efficiency_source,
+            "verdict": self.verdict, "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
+            "config_hash": self.config_hash, "fingerprint": self.fingerprint,
+            "breakdown": self.breakdown.to_json() if self.breakdown else None,
+            "yardstick": self.yardstick.to_json() if self.yardstick else None, "machine_speed": self.machine_speed,
+            "cpu_wait_share": self.cpu_wait_share, "outside_share": self.outside_share,
+            "contended_runs": self.contended_runs, "stack_changes": self.stack_changes,
+            "orphans_killed": [pid for run in self.runs for pid in run.orphans_killed],
+            "orphans_elsewhere": {host: pids for run in self.runs for host, pids in run.orphans_elsewhere.items() if pids},
+            "records": self.records or self.run.records,
+        }
+
+
+@dataclasses.dataclass(kw_only=True)
+class AccuracyResult:
+    cell: AccuracyCell
+    run: CellRun
+    config_hash: str
+    outcome: dict | None = None
+    """Rank 0's record: accuracy and learning rate per epoch, final accuracy (the same on every rank)."""
+    verdict: Verdict | None = None
+
+
+def estimate_json(estimate: Estimate | None) -> dict | None:
+    if estimate is None:
+        return None
+    return {"value": estimate.value, "low": finite_or_none(estimate.low), "high": finite_or_none(estimate.high),
+            "confidence": estimate.confidence, "n_steps": estimate.n_steps}

@@ -1,0 +1,240 @@
+"""One scaling-suite session: prepare once, measure and judge each cell, keep its results and
+history, record baselines. Free of pytest; the plugin drives it, the self-test too.
+
+Its parts live beside it: the settings (:mod:`harness.config.options`), the checks before the first cell
+(:mod:`harness.session.preflight`), one cell's launches (:mod:`harness.launch.runner`), the figures from its
+records (:mod:`harness.session.evaluation`), the verdicts (:mod:`harness.judging.verdicts`), the baseline entries
+(:mod:`harness.judging.recording`) and the end-of-run tables (:mod:`harness.report.tables`)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from harness import HARNESS_SOURCE
+from harness.common.interrupts import INTERRUPTS
+from harness.common.jsonio import write_json_atomic
+from harness.config.cells import PROFILES, AccuracyCell, AccuracySettings, Cell, accuracy_cells, config_hash
+from harness.config.options import SuiteError, SuiteOptions, check_settings
+from harness.judging.fingerprint import fingerprint_hash
+from harness.judging.recording import accuracy_entry, baseline_entries
+from harness.judging.verdicts import judge_accuracy, measured_enough
+from harness.launch.launchers import Launcher, default_launcher_name
+from harness.launch.runner import RunLimits, run_cell
+from harness.machine.allocation import launch_environment
+from harness.machine.environment import capture as capture_environment
+from harness.machine.provenance import provenance
+from harness.machine.system import detect_system, rank_capacity
+from harness.rank.faults import Fault
+from harness.rank.spec import RankOptions
+from harness.rank.workload import Workload
+from harness.session import preflight
+from harness.session.evaluation import evaluate
+from harness.session.results import AccuracyResult, CellResult
+from harness.store.baselines import BaselineFile
+from harness.store.history import append as append_history
+from harness.store.history import make_row
+
+__all__ = ["Suite", "SuiteError", "SuiteOptions", "CellResult", "AccuracyResult"]
+
+ACCURACY_SETTINGS = AccuracySettings()
+
+
+class Suite:
+    def __init__(self, options: SuiteOptions):
+        self.options = options
+        self.results: list[CellResult] = []
+        self.baseline_changes: list[str] | None = None
+        self.baseline_error: str | None = None
+        """Why ``--update-baselines`` could not write the file (e.g. another session held its lock)."""
+        self.baselines_kept: list[str] = []
+        """Cells ``--update-baselines`` did not record, each with why."""
+        self.accuracy_results: list[AccuracyResult] = []
+        self.cut_short: list[str] = []
+        """Cells an interrupt ended before any launch of theirs was judged."""
+        self._prepared = False
+        check_settings(options)
+        self.matrix = preflight.matrix_of(options)
+        try:
+            self.launch_environment = launch_environment(options.launch_env, options.launch_env_file, os.environ)
+        except ValueError as error:
+            raise SuiteError(str(error)) from None
+        self._capacity: tuple[int, str] | None = None
+
+    @functools.cached_property
+    def launcher_name(self) -> str:
+        return self.options.launcher or default_launcher_name()
+
+    # -- before any process starts -------------------------------------------------------------
+    def cells(self) -> list[Cell]:
+        return self.matrix.cells()
+
+    def accuracy_cells(self) -> list[AccuracyCell]:
+        frameworks = self.matrix.frameworks if self.options.frameworks else ("ddp",)
+        return [c for c in accuracy_cells(frameworks) if c.ranks in self.matrix.ranks or not self.options.gpus]
+
+    @property
+    def uses_gpus(self) -> bool:
+        return preflight.uses_gpus(self.options.device)
+
+    def skip_reason(self, cell: Cell | AccuracyCell) -> str | None:
+        return preflight.skip_reason(cell, self.uses_gpus, *self._rank_capacity())
+
+    def _rank_capacity(self) -> tuple[int, str]:
+        if self._capacity is None:
+            self._capacity = rank_capacity(self.uses_gpus)
+        return self._capacity
+
+    def workload(self) -> Workload:
+        profile = self.options.profile
+        if profile == "auto":
+            profile = "study" if self.uses_gpus else "cpu-small"
+        o = self.options
+        return PROFILES[profile].replace(image_size=o.image_size, batch_size=o.batch_size, steps=o.steps,
+                                         warmup_steps=o.warmup_steps, num_workers=o.num_workers,
+                                         data_dir=str(self.data_dir) if self.data_dir else None,
+                                         tfrecord_dir=str(self.tfrecord_dir) if self.tfrecord_dir else None)
+
+    def prepare(self) -> None:
+        """Check everything a cell needs, once, before the first cell starts."""
+        if self._prepared:
+            return
+        options = self.options
+        if options.gpus:
+            preflight.check_rank_counts(options, self.matrix.ranks, *self._rank_capacity())
+        preflight.check_writable_places(options)
+        self.data_dir, self.tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()})
+        self.launcher: Launcher = preflight.usable_launcher(self.launcher_name, self.launch_environment)
+        try:
+            self.system = detect_system(options.system)
+        except ValueError as error:
+            raise SuiteError(str(error)) from None
+        self.baselines = BaselineFile.load(options.baselines_dir / f"{self.system}.json", self.system)
+        preflight.check_baseline_cells(self.baselines)
+        if options.history_dir is not None:
+            preflight.check_history(options.history_dir / f"{self.system}.jsonl")
+        self._workload = self.workload()
+        self.cores_per_rank = self._cores_per_rank()
+        self._provenance = provenance(HARNESS_SOURCE)
+        self._environment = capture_environment()
+        self.run_id = uuid.uuid4().hex[:12]
+        self.limits = RunLimits(**{name: value for name, value in (("timeout_s", options.cell_timeout),
+                                                                    ("heartbeat_s", options.hang_timeout))
+                                   if value is not None})
+        self._prepared = True
+
+    def _cores_per_rank(self) -> int | None:
+        return preflight.cores_per_rank(self.options, self.matrix.ranks, self._rank_capacity()[0], self.uses_gpus)
+
+    # -- measuring -------------------------------------------------------------------------------
+    def measure(self, cell: Cell, on_progress: Callable[[str], None] | None = None) -> CellResult:
+        """Launch the cell until its throughput interval is narrow enough and its verdict is not
+        inconclusive, or until its measuring budget is spent; judge the pooled samples."""
+        self.prepare()
+        result = CellResult(cell=cell, runs=[], config_hash=config_hash(dataclasses.asdict(self._workload), cell))
+        started = time.monotonic()
+        try:
+            while True:
+                run = run_cell(cell, self._workload, self.launcher, workdir=self.options.workdir,
+                               limits=self.limits, options=self._rank_options(), on_progress=on_progress)
+                with INTERRUPTS.protect(raise_pending=False):  # a judged launch is kept whole
+                    result.runs.append(run)
+                    if run.ok:
+                        evaluate(result, config=dataclasses.asdict(self._workload), baselines=self.baselines,
+                                 reference_cell=dataclasses.replace(cell, ranks=min(self.matrix.ranks)),
+                                 earlier=self.results, use_yardstick=self.options.yardstick)
+                if not run.ok or self._measured_enough(result, started, run.wall_s):
+                    break
+                if on_progress:
+                    on_progress(f"{cell.id}: measuring again (interval +-{result.throughput.half_width_rel:.1%}, "
+                                f"verdict {result.verdict})")
+        except BaseException:
+            if not result.runs:
+                self.cut_short.append(cell.id)
+            raise
+        finally:
+            with INTERRUPTS.protect():
+                self._record(result)
+        return result
+
+    def _rank_options(self) -> RankOptions:
+        return RankOptions(device=self.options.device, cores_per_rank=self.cores_per_rank or None,
+                           fault=Fault(**self.options.fault) if self.options.fault else None)
+
+    def _measured_enough(self, result: CellResult, started: float, last_wall_s: float) -> bool:
+        return measured_enough(result.throughput, result.verdict, precision=self.options.precision,
+                               spent_s=time.monotonic() - started, next_launch_s=last_wall_s,
+                               budget_s=self.options.measure_budget)
+
+    def _record(self, result: CellResult) -> None:
+        """Keep a cell with at least one launch: in the results, the history and the results file.
+        An interrupt during a further launch keeps the launches already judged."""
+        if not result.runs or (result.run.ok and result.metrics is None):
+            return  # nothing launched, or judging it failed
+        self.results.append(result)
+        self._append_history(result)
+        if self.options.results_json:
+            self.write_results(self.options.results_json)
+
+    def _append_history(self, result: CellResult) -> None:
+        """One line per measured cell in ``history/<system>.jsonl``, written as soon as it is known."""
+        if self.options.history_dir is None:
+            return
+        row = make_row(result.cell.id, run_id=self.run_id, verdict=result.verdict, throughput=result.throughput,
+                       efficiency=result.efficiency, git_commit=self._provenance["git_commit"],
+                       fingerprint=fingerprint_hash(result.fingerprint) if result.fingerprint else None,
+                       launcher=result.run.launcher, ranks=result.cell.ranks, runs=len(result.runs),
+                       yardstick_s=round(result.yardstick.seconds, 6) if result.yardstick else None,
+                       machine_speed=result.machine_speed, cpu_wait_share=result.cpu_wait_share)
+        append_history(self.options.history_dir / f"{self.system}.jsonl", [row])
+
+    def measure_accuracy(self, cell: AccuracyCell,
+                         on_progress: Callable[[str], None] | None = None) -> "AccuracyResult":
+        """Train the accuracy task once under the cell's framework; judge its final accuracy."""
+        self.prepare()
+        run = run_cell(cell, None, self.launcher, workdir=self.options.workdir, limits=self.limits,
+                       options=RankOptions(device=self.options.device,
+                                           accuracy=dataclasses.asdict(ACCURACY_SETTINGS)),
+                       on_progress=on_progress)
+        result = AccuracyResult(cell=cell, run=run, config_hash=ACCURACY_SETTINGS.config_hash(cell))
+        if run.ok:
+            result.outcome = min(run.records, key=lambda r: r["rank"])
+            result.verdict = judge_accuracy(result.outcome["final_val_accuracy"], self.baselines.entry(cell.id),
+                                            self.baselines.reference(cell.id, "accuracy"),
+                                            config_hash=result.config_hash)
+        self.accuracy_results.append(result)
+        return result
+
+    # -- after the cells -------------------------------------------------------------------------
+    def results_document(self) -> dict:
+        return {
+            "system": getattr(self, "system", None), "launcher": self.launcher_name, "run_id": self.run_id,
+            "cores_per_rank": getattr(self, "cores_per_rank", None),
+            "workload": dataclasses.asdict(self._workload) if self._prepared else None,
+            "provenance": self._provenance, "environment": self._environment,
+            "launch_environment": self.launch_environment,
+            "cells": [result.to_json() for result in self.results],
+        }
+
+    def write_results(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, self.results_document())
+
+    def update_baselines(self) -> list[str]:
+        """Write the completed cells into the baseline file. A cell measured several times
+        (``--repeat``) is stored as the mean of its repeats with a band derived from their spread
+        (:mod:`harness.judging.recording`)."""
+        entries, kept = baseline_entries(self.results, config=dataclasses.asdict(self._workload),
+                                         provenance=self._provenance, band_floor=self.options.band_floor,
+                                         accept_regressions=self.options.accept_regressions,
+                                         widest=self.options.widest_baseline, use_yardstick=self.options.yardstick)
+        self.baselines_kept.extend(kept)
+        entries += [accuracy_entry(result, config=dataclasses.asdict(ACCURACY_SETTINGS), provenance=self._provenance)
+                    for result in self.accuracy_results if result.outcome]
+        if not entries:
+            return []
+        return self.baselines.update(entries)

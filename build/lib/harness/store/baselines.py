@@ -1,0 +1,158 @@
+"""Baseline files: ``baselines/<system>.json``, one entry per cell id. Reading, validating, the
+reference band of an entry's metric, and rewriting a file atomically (judging is
+:mod:`harness.judging.verdicts`'s). Schema:
+``baselines/README.md``."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from harness.common.filelock import DEFAULT_TIMEOUT_S as DEFAULT_LOCK_TIMEOUT_S
+from harness.common.filelock import LockTimeout, locked
+from harness.common.jsonio import finite_number, write_json_atomic
+from harness.judging.verdicts import Reference
+
+SCHEMA_VERSION = 1
+METRICS = {"throughput": "img/s", "efficiency": "", "accuracy": ""}
+"""Every metric is higher-is-better; accuracy is the accuracy cells' final validation accuracy (0-1)."""
+DEFAULT_TOLERANCE = {"lower": -0.15, "upper": 0.15}
+"""Relative band used where an entry gives none (hand-written entries)."""
+OPTIONAL_FIELDS = {"config_hash": str, "config": dict, "fingerprint": dict, "breakdown": dict, "yardstick": dict,
+                   "provenance": dict}
+"""What an entry's other fields must be when present and not null: judging a cell reads them."""
+
+
+class BaselineError(ValueError):
+    pass
+
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _validate(path: Path, data: Any) -> None:
+    def bad(why: str) -> BaselineError:
+        return BaselineError(f"baseline file {path} is invalid: {why}")
+
+    if not isinstance(data, dict):
+        raise bad("the top level must be an object")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise bad(f"schema_version must be {SCHEMA_VERSION}, found {data.get('schema_version')!r}")
+    cells = data.get("cells")
+    if not isinstance(cells, dict):
+        raise bad(f'"cells" must be an object keyed by cell id, found {_json_type(cells)}')
+    for cell_id, entry in cells.items():
+        if not isinstance(entry, dict):
+            raise bad(f"cell {cell_id!r} must be an object, found {_json_type(entry)}")
+        metrics = [name for name in METRICS if name in entry]
+        if not metrics:
+            raise bad(f"cell {cell_id!r} has none of the metrics {', '.join(METRICS)}")
+        for field, kind in OPTIONAL_FIELDS.items():
+            if entry.get(field) is not None and not isinstance(entry[field], kind):
+                raise bad(f"cell {cell_id!r} {field}: must be {_json_type(kind())} or null, "
+                          f"found {_json_type(entry[field])}")
+        for name in metrics:
+            reference = entry[name]
+            value = reference.get("value") if isinstance(reference, dict) else reference
+            if not isinstance(reference, dict) or not finite_number(value) or value <= 0:
+                raise bad(f"cell {cell_id!r} {name}: needs an object with a positive numeric \"value\", "
+                          f"found {json.dumps(value)}")
+            for edge, sign in (("lower", -1), ("upper", 1)):
+                edge_value = reference.get(edge)
+                if edge_value is not None and (not finite_number(edge_value) or edge_value * sign < 0):
+                    raise bad(f"cell {cell_id!r} {name}: \"{edge}\" must be a relative bound "
+                              f"{'<= 0' if sign < 0 else '>= 0'} or null, found {edge_value!r}")
+
+
+@dataclasses.dataclass(kw_only=True)
+class BaselineFile:
+    path: Path
+    system: str
+    data: dict
+
+    @classmethod
+    def load(cls, path: Path, system: str) -> "BaselineFile":
+        """Read and validate ``path``; a missing file is an empty baseline for ``system``."""
+        path = Path(path)
+        if not path.exists():
+            return cls(path=path, system=system, data={"schema_version": SCHEMA_VERSION, "system": system, "cells": {}})
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise BaselineError(f"baseline file {path} is not valid JSON: {error}") from None
+        _validate(path, data)
+        return cls(path=path, system=system, data=data)
+
+    def entry(self, cell_id: str) -> Mapping | None:
+        return self.data["cells"].get(cell_id)
+
+    def reference(self, cell_id: str, metric: str) -> Reference | None:
+        entry = self.entry(cell_id)
+        if entry is None or metric not in entry:
+            return None
+        raw = entry[metric]
+        defaulted = raw.get("lower") is None and raw.get("upper") is None
+        band = DEFAULT_TOLERANCE if defaulted else raw
+        repeats = raw.get("repeats")
+        return Reference(value=float(raw["value"]), lower=float(band.get("lower") or 0.0), upper=band.get("upper"),
+                         unit=raw.get("unit", METRICS[metric]), defaulted=defaulted,
+                         repeats=len(repeats) if isinstance(repeats, list) and not defaulted else None)
+
+    def updated(self, results: list[dict]) -> tuple[dict, list[str]]:
+        """The file's content with ``results`` written in, and a line per change.
+
+        Each result: ``{"cell": id, "metrics": {name: value}, "config_hash": str, "config": dict,
+        "provenance": dict}`` and optionally ``"bands": {name: {"lower", "upper", "repeats"}}``
+        derived from repeated runs. Without a derived band, the band already in the file (a
+        hand-edited one too) is kept.
+        """
+        data = copy.deepcopy(self.data)
+        data["system"] = self.system
+        changes = []
+        for result in results:
+            cell_id = result["cell"]
+            old = data["cells"].get(cell_id, {})
+            new = {key: value for key, value in old.items() if key not in METRICS}
+            for metric, value in result["metrics"].items():
+                if value is None or not finite_number(value):
+                    continue
+                band = result.get("bands", {}).get(metric) or {
+                    key: old.get(metric, {}).get(key, DEFAULT_TOLERANCE[key]) for key in ("lower", "upper")}
+                new[metric] = {"value": round(value, 4), **band, "unit": METRICS[metric]}
+                before = old.get(metric, {}).get("value")
+                if before is None:
+                    changes.append(f"{cell_id}: {metric} new {value:.4g} {METRICS[metric]}".rstrip())
+                else:
+                    changes.append(f"{cell_id}: {metric} {before:.4g} -> {value:.4g} ({(value / before - 1):+.1%})")
+            new.update(config_hash=result["config_hash"], config=result["config"], provenance=result["provenance"])
+            for optional in ("fingerprint", "breakdown", "yardstick", "cpu_wait_share"):
+                if result.get(optional) is not None:
+                    new[optional] = result[optional]
+                else:  # the old one described the old figures
+                    new.pop(optional, None)
+            data["cells"][cell_id] = new
+        return data, changes
+
+    def update(self, results: list[dict], *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> list[str]:
+        """Write ``results`` (see :meth:`updated`) into the file as it is on disk now, under the
+        file's lock: cells another session recorded since this one read the file are kept."""
+        try:
+            with locked(self.path, timeout_s=lock_timeout_s):
+                current = BaselineFile.load(self.path, self.system)
+                data, changes = current.updated(results)
+                current.write(data)
+        except LockTimeout as error:
+            raise BaselineError(f"baselines not written: {error}") from None
+        self.data = data
+        return changes
+
+    def write(self, data: dict) -> None:
+        _validate(self.path, data)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.path, data)
+        self.data = data
