@@ -4,6 +4,8 @@
 #   the harness itself with DeepSpeed, Horovod (built once, wheel cached) and DALI, the
 #   generated JPEG dataset in ImageFolder and TFRecord form, and a local one-node Slurm
 #   cluster when no cluster answers. A second run only checks that each step is done.
+#   DLSCALE_NO_APT=1: install no Debian packages; DLSCALE_NO_LOCAL_SLURM=1: start no local
+#   cluster (a site's own cluster is found by asking it either way).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${DLSCALE_VENV:-$repo/.venv}"
@@ -15,7 +17,9 @@ missing=()
 for pkg in "${debian_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
-if ((${#missing[@]})); then
+if ((${#missing[@]})) && [[ -n "${DLSCALE_NO_APT:-}" ]]; then
+    log "DLSCALE_NO_APT set: not installing ${missing[*]}; the cells needing them are skipped with the reason"
+elif ((${#missing[@]})); then
     log "installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
@@ -39,4 +43,8 @@ fi
 "$venv/bin/python" -m harness.data.dataset --ensure "$cache/dataset" >&2
 "$venv/bin/python" -m harness.data.tfrecord --from "$cache/dataset" --to "$cache/dataset-tfrecord" >&2
 
-"$repo/ci/slurm/start.sh"
+if [[ -n "${DLSCALE_NO_LOCAL_SLURM:-}" ]]; then
+    log "DLSCALE_NO_LOCAL_SLURM set: no local Slurm cluster; srun cells run where a cluster answers"
+else
+    "$repo/ci/slurm/start.sh"
+fi

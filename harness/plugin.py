@@ -49,6 +49,8 @@ OPTIONS = (
                              f"{', '.join(DEFAULT_MATRIX.loaders)})", str),
     ("--models", "models", f"comma-separated models of {', '.join(MODELS.names())} (default "
                            f"{', '.join(DEFAULT_MATRIX.models)})", str),
+    ("--partition", "partition", "Slurm partition srun starts the cells in; the baselines are then "
+                                 "<system>:<partition>.json (default: the allocation's, else none)", str),
     ("--system", "system", "baseline file name (default: $DLSCALE_SYSTEM, the Slurm cluster name, or the host)", str),
     ("--baselines-dir", "baselines_dir", "directory of <system>.json baseline files (default: baselines/)", Path),
     ("--results-dir", "results_dir", "where each session gets its own directory <start time>-<job or pid> "

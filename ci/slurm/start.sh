@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Start a one-node Slurm cluster (munged, slurmctld, slurmd) on this machine, unless a cluster
-# already answers. Idempotent; ci/slurm/stop.sh stops only the daemons started here.
-# Needs root and the Debian packages slurm-wlm and munge.
+# already answers (asked with sinfo: a site's cluster, configless ones included, is used as it is).
+# Idempotent; ci/slurm/stop.sh stops only the daemons started here, and this script signals no
+# daemon it did not start itself. Needs root and the Debian packages slurm-wlm and munge.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 state="${DLSCALE_SLURM_STATE:-/var/lib/dlscale-slurm}"
 conf="${SLURM_CONF:-/etc/slurm/slurm.conf}"
-export SLURM_CONF="$conf"
 marker='# written by dlscale ci/slurm/start.sh'
 host="$(hostname)"
 
@@ -20,24 +20,38 @@ fail() {
     exit 1
 }
 ours() { [[ -f "$conf" ]] && [[ "$(head -n 1 "$conf")" == "$marker"* ]]; }
-node_states() { timeout 10 sinfo -h -o %T 2>/dev/null; }
+# Without a configuration file here, sinfo finds a configless cluster's on its own (slurmd's cache).
+node_states() {
+    if [[ -f "$conf" ]]; then SLURM_CONF="$conf" timeout 10 sinfo -h -o %T 2>/dev/null
+    else env -u SLURM_CONF timeout 10 sinfo -h -o %T 2>/dev/null; fi
+}
 # Reads all its input: with pipefail, grep -q could fail the pipeline by SIGPIPE to sinfo.
 usable() { grep -E '^(idle|mixed|allocated)' >/dev/null; }
 # A live process named $1; exited daemons can linger as zombies for a moment here.
 alive() { ps -C "$1" -o stat= | grep -q '^[^Z]'; }
 # Record a daemon we started so that stop.sh stops it and nothing else.
 started() { grep -qx "$1" "$state/started" 2>/dev/null || echo "$1" >> "$state/started"; }
+# The pid of daemon $1 if this script started it and it still runs under that pid, else nothing.
+our_pid() {
+    local pid
+    grep -qx "$1" "$state/started" 2>/dev/null || return 0
+    pid="$(cat "$state/$1.pid" 2>/dev/null || true)"
+    [[ -n "$pid" && "$(ps -p "$pid" -o stat=,comm= 2>/dev/null)" =~ ^[^Z][^\ ]*\ +$1$ ]] && echo "$pid"
+    return 0
+}
 
 # A cluster that already answers is reused. With our own configuration, our daemons must be
 # running too: slurmctld goes on reporting a dead slurmd's node idle for minutes.
-if [[ -f "$conf" ]] && { ! ours || { alive slurmctld && alive slurmd; }; } && node_states | usable; then
-    echo "[slurm] reusing the Slurm cluster that answers with $conf (partition, nodes, state: $(sinfo -h -o '%P %D %T' | head -n 1))"
+if { ! ours || { alive slurmctld && alive slurmd; }; } && node_states | usable; then
+    where="$([[ -f "$conf" ]] && echo "with $conf" || echo "without a local configuration (configless)")"
+    echo "[slurm] reusing the Slurm cluster that answers $where (partition, nodes, state: $(sinfo -h -o '%P %D %T' | head -n 1))"
     exit 0
 fi
 if [[ -f "$conf" ]] && ! ours; then
     fail "$conf was not written by dlscale and no usable cluster answers with it; start that cluster, or remove the file (or point SLURM_CONF elsewhere) to let this script set up a local one"
 fi
 [[ $EUID -eq 0 ]] || fail "setting up the local cluster needs root"
+export SLURM_CONF="$conf"
 for cmd in munged munge slurmctld slurmd sinfo srun scontrol; do
     command -v "$cmd" >/dev/null || fail "$cmd not found; install the Debian packages slurm-wlm and munge"
 done
@@ -82,10 +96,12 @@ fi
 if ! alive slurmctld || ! alive slurmd; then
     for daemon in slurmd slurmctld; do
         alive "$daemon" || continue
-        log "stopping the $daemon left without its partner"
-        pkill -TERM -x "$daemon" || true
-        for _ in $(seq 100); do alive "$daemon" || break; sleep 0.1; done
-        alive "$daemon" && pkill -KILL -x "$daemon"
+        pid="$(our_pid "$daemon")"
+        [[ -n "$pid" ]] || fail "a $daemon this script did not start is running (pid $(pgrep -d, -x "$daemon")) while the cluster of $conf does not answer; stop it yourself, or set DLSCALE_NO_LOCAL_SLURM=1 to use no local cluster"
+        log "stopping the $daemon (pid $pid) this script started, left without its partner"
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 100); do [[ -n "$(our_pid "$daemon")" ]] || break; sleep 0.1; done
+        [[ -z "$(our_pid "$daemon")" ]] || kill -KILL "$pid" 2>/dev/null || true
     done
     log "starting slurmctld"
     slurmctld -c -f "$conf" || fail "slurmctld did not start"

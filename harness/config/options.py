@@ -28,6 +28,8 @@ class SuiteOptions:
     models: str | None = None
     gpus: str | None = None
     system: str | None = None
+    partition: str | None = None
+    """Slurm partition: srun starts the ranks there, and the baselines are ``<system>:<partition>``'s."""
     baselines_dir: Path = Path("baselines")
     results_json: Path | None = None
     workdir: Path = Path("results") / "cells"

@@ -48,10 +48,14 @@ class Launcher(abc.ABC):
     name: str
     executable: str
 
-    def __init__(self, *, environment: Mapping[str, str] | None = None):
+    takes_partition = False
+    """Whether it can start ranks in a Slurm partition of the user's choice (``--partition``)."""
+
+    def __init__(self, *, environment: Mapping[str, str] | None = None, partition: str | None = None):
         self.environment = dict(environment or {})
         """The launch environment (:func:`harness.machine.allocation.launch_environment`): site settings such as
         NCCL_SOCKET_IFNAME that every rank gets, set on the launcher's own command line."""
+        self.partition = partition
 
     def _with_environment(self, command: list[str]) -> list[str]:
         """``command`` run under ``env NAME=VALUE ...``: seen in the results, inherited by every launcher."""
@@ -144,10 +148,11 @@ class SrunLauncher(Launcher):
 
     name = "srun"
     executable = "srun"
+    takes_partition = True
 
-    def __init__(self, *, environment: Mapping[str, str] | None = None, slurm_env: Mapping[str, str] | None = None,
-                 version: tuple[int, ...] | None = None):
-        super().__init__(environment=environment)
+    def __init__(self, *, environment: Mapping[str, str] | None = None, partition: str | None = None,
+                 slurm_env: Mapping[str, str] | None = None, version: tuple[int, ...] | None = None):
+        super().__init__(environment=environment, partition=partition)
         self.slurm_env = slurm_env
         """The environment the allocation is read from; None: this process's, when the command is made."""
         self.version = version
@@ -167,6 +172,8 @@ class SrunLauncher(Launcher):
         step = allocation.srun_step_options(job, request.ranks, version)
         if request.cores_per_rank:
             step += [f"--cpus-per-task={request.cores_per_rank}", "--cpu-bind=cores"]
+        if self.partition and job is None:  # inside an allocation, its partition is the job's
+            step.append(f"--partition={self.partition}")
         return self._with_environment(["srun", f"--ntasks={request.ranks}", *step, "--kill-on-bad-exit=1",
                                        f"--job-name={request.job_name}", request.python, "-m", request.module,
                                        *request.args])
@@ -186,9 +193,34 @@ class SrunLauncher(Launcher):
         return sweep_allocation_nodes(request, job)
 
 
+def open_mpi_refusal(version_text: str | None) -> str | None:
+    """Why an ``mpirun`` whose ``--version`` says ``version_text`` cannot be used, or None for
+    Open MPI's: this launcher speaks Open MPI (``-x``, ``--map-by``, ``OMPI_COMM_WORLD_*``)."""
+    if version_text is None or "Open MPI" in version_text or "open-mpi" in version_text:
+        return None  # unreadable: let the launch itself say what is wrong
+    what = "MPICH/Hydra" if "HYDRA" in version_text.upper() or "MPICH" in version_text.upper() else \
+        "Intel MPI" if "Intel(R) MPI" in version_text else version_text.strip().splitlines()[0]
+    return (f"mpirun is {what}, not Open MPI; dlscale's mpirun launcher speaks Open MPI only "
+            "(-x, --map-by, OMPI_COMM_WORLD_*): use --launcher srun, or put Open MPI's mpirun first on PATH")
+
+
+@lru_cache(maxsize=4)
+def _version_text(executable: str) -> str | None:
+    try:
+        out = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout + out.stderr) or None
+
+
 class MpirunLauncher(Launcher):
     name = "mpirun"
     executable = "mpirun"
+
+    def unavailable_reason(self) -> str | None:
+        if reason := super().unavailable_reason():
+            return reason
+        return open_mpi_refusal(_version_text(find_tool(self.executable)))
 
     def command(self, request: LaunchRequest) -> list[str]:
         if request.cores_per_rank:

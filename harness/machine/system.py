@@ -23,10 +23,16 @@ def slurm_cluster_name(env=os.environ) -> str | None:
     return match.group(1) if out.returncode == 0 and match else None
 
 
-def detect_system(explicit: str | None, env=os.environ) -> str:
-    """--system, else $DLSCALE_SYSTEM, else the Slurm cluster's name, else the host name."""
-    name = explicit or env.get("DLSCALE_SYSTEM") or slurm_cluster_name(env) or socket.gethostname().split(".")[0]
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+def detect_system(explicit: str | None, partition: str | None = None, env=os.environ) -> str:
+    """--system, else $DLSCALE_SYSTEM, else the Slurm cluster's name, else the host name; for the
+    last two, ``:<partition>`` as ReFrame names them where a partition is known (``--partition``, or
+    the allocation's), since a site's partitions (booster, develop) are machines of their own."""
+    name = explicit or env.get("DLSCALE_SYSTEM")
+    if not name:
+        name = slurm_cluster_name(env) or socket.gethostname().split(".")[0]
+        if partition := partition or env.get("SLURM_JOB_PARTITION"):
+            name = f"{name}:{partition}"
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", name):
         raise ValueError(f"system name {name!r} is not usable as a file name; pass --system NAME")
     return name
 

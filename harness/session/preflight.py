@@ -53,8 +53,11 @@ def skip_reason(cell: Cell | AccuracyCell, gpus: bool, capacity: int, where: str
     return None
 
 
-def usable_launcher(name: str, environment: dict) -> Launcher:
-    launcher = LAUNCHERS.create(name, environment=environment)
+def usable_launcher(name: str, environment: dict, partition: str | None = None) -> Launcher:
+    launcher = LAUNCHERS.create(name, environment=environment, partition=partition)
+    if partition and not launcher.takes_partition and not os.environ.get("SLURM_JOB_PARTITION"):
+        raise SuiteError(f"--partition {partition}: launcher {name} cannot start ranks in a partition; use "
+                         "--launcher srun, or run inside an allocation of that partition")
     reason = launcher.unavailable_reason()
     if reason:
         raise SuiteError(f"launcher {name} is not usable: {reason}. Choose another with --launcher "

@@ -108,9 +108,10 @@ class Suite:
             preflight.check_rank_counts(options, self.matrix.ranks, *self._rank_capacity())
         preflight.check_writable_places(options)
         self.data_dir, self.tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()})
-        self.launcher: Launcher = preflight.usable_launcher(self.launcher_name, self.launch_environment)
+        self.launcher: Launcher = preflight.usable_launcher(self.launcher_name, self.launch_environment,
+                                                            options.partition)
         try:
-            self.system = detect_system(options.system)
+            self.system = detect_system(options.system, options.partition)
         except ValueError as error:
             raise SuiteError(str(error)) from None
         self.baselines = BaselineFile.load(options.baselines_dir / f"{self.system}.json", self.system)

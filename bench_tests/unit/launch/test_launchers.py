@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from harness.launch.launchers import LAUNCHERS, LaunchRequest
+from harness.launch.launchers import LAUNCHERS, LaunchRequest, SrunLauncher, open_mpi_refusal
 
 REQUEST = LaunchRequest(ranks=2, module="harness.rank.worker", args=("/tmp/spec.json",), job_name="dlscale-x",
                         master_port=29555, master_addr="127.0.0.1", python="/venv/bin/python")
@@ -67,3 +67,29 @@ def test_the_other_nodes_are_swept_only_from_an_allocation_that_reaches_beyond_t
     monkeypatch.setenv("SLURM_JOB_NODELIST", socket.gethostname())
     alone = launchers.allocation.from_env(os.environ)
     assert alone is not None and launchers.sweep_allocation_nodes(request, alone) == {}  # this node alone
+
+
+@pytest.mark.parametrize("version, refused", [
+    ("mpirun (Open MPI) 4.1.6\n\nReport bugs to https://www.open-mpi.org/community/help/", None),
+    ("HYDRA build details:\n    Version:                                 4.1.2", "MPICH/Hydra"),
+    ("Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619", "Intel MPI"),
+])
+def test_mpirun_other_than_open_mpi_is_refused_with_the_reason(version, refused):
+    reason = open_mpi_refusal(version)
+    assert (reason is None) if refused is None else (refused in reason and "--launcher srun" in reason)
+
+
+def test_the_mpirun_here_is_open_mpi():
+    launcher = LAUNCHERS.create("mpirun")
+    if launcher.unavailable_reason() and "not found" in launcher.unavailable_reason():
+        pytest.skip(launcher.unavailable_reason())
+    assert launcher.unavailable_reason() is None
+
+
+def test_srun_starts_a_cell_in_the_partition_asked_for_unless_inside_an_allocation():
+    outside = SrunLauncher(partition="booster", slurm_env={}, version=(23, 2))
+    assert "--partition=booster" in outside.command(REQUEST)
+    inside = SrunLauncher(partition="booster", slurm_env={"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1",
+                                                           "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n1"},
+                          version=(23, 2))
+    assert not any(part.startswith("--partition") for part in inside.command(REQUEST))
