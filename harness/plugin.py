@@ -332,7 +332,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         with INTERRUPTS.writing():
             collectives = Path(config.rootpath) / COLLECTIVES_FILE
             index = write_report(suite.results_document(), suite.options.report,
-                                 collectives=collectives if collectives.exists() else None)
+                                 collectives=collectives if collectives.exists() else None,
+                                 history=suite.history_rows())
         terminalreporter.write_line(f"report written to {index}")
     if INTERRUPTS.interrupted:
         terminalreporter.write_line(_interrupt_line(suite, skipped), yellow=True)

@@ -22,8 +22,9 @@ from harness.common.jsonio import finite_number
 from harness.judging.breakdown import PARTS, BreakdownUnavailable, breakdown_rows, cell_breakdown
 from harness.report.collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes,
                                         load_collectives, lower_bound_rows, parameter_count, peak_busbw)
-from harness.report.plots import estimate, write_all
+from harness.report.plots import estimate, plot_history, write_all
 from harness.report.projection import projection_rows, reference_rows, time_to_train_s
+from harness.store.history import read as read_history
 
 DEFAULT_PUBLISHED = Path(__file__).resolve().with_name("published-aach2023.json")
 """The study's published figures (Aach et al. 2023), shipped with the package."""
@@ -213,9 +214,9 @@ def _provenance_section(results: Mapping) -> str:
 
 
 def write_report(results: Path | Mapping, out_dir: Path, *, collectives: Path | Mapping | None = None,
-                 published: Path | Mapping | None = DEFAULT_PUBLISHED) -> Path:
+                 published: Path | Mapping | None = DEFAULT_PUBLISHED, history: Sequence[Mapping] = ()) -> Path:
     """Write ``out_dir/index.html`` and its figures for ``results`` (a results file or its dict);
-    returns the index's path."""
+    ``history``: the system's history lines, drawn as each cell's trend. Returns the index's path."""
     results = _load(results)
     collectives = _load(collectives, load_collectives)
     if isinstance(published, Path) and not published.exists():
@@ -227,6 +228,7 @@ def write_report(results: Path | Mapping, out_dir: Path, *, collectives: Path | 
     out_dir.mkdir(parents=True, exist_ok=True)
     cells = results.get("cells", [])
     figures = write_all(results, out_dir, published=published, collectives=collectives)
+    trend = plot_history(history, [cell["cell"] for cell in cells], out_dir / "history.png")
     summary, classes = summary_rows(cells)
     verdict_lines = [f"<li><b>{html.escape(cell['cell'])}</b>: {html.escape(v.get('kind', ''))}: "
                      f"{html.escape(v.get('message', ''))}</li>"
@@ -243,6 +245,7 @@ def write_report(results: Path | Mapping, out_dir: Path, *, collectives: Path | 
         f"<ul>{''.join(verdict_lines + errors)}</ul>" if verdict_lines or errors else "",
         "<h2>Figures</h2>",
         *(f'<p><img src="{html.escape(path.name)}" alt="{html.escape(path.stem)}"></p>' for path in figures),
+        *(["<h2>History</h2>", f'<p><img src="{trend.name}" alt="history"></p>'] if trend else []),
         _breakdown_section(cells),
         _communication_section(collectives, cells, results.get("workload")),
         _projection_section(cells),
@@ -270,11 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--published", type=Path, default=DEFAULT_PUBLISHED,
                         help="the study's published figures to overlay and quote (kind 'published')")
     parser.add_argument("--no-published", action="store_true", help="leave the published figures out")
+    parser.add_argument("--history", type=Path, default=None,
+                        help="the system's history file (history/<system>.jsonl): each cell's trend")
     args = parser.parse_args(argv)
     collectives = args.collectives or (COLLECTIVES_FILE if COLLECTIVES_FILE.exists() else None)
     try:
+        history = read_history(args.history)[0] if args.history else ()
         index = write_report(args.results, args.out, collectives=collectives,
-                             published=None if args.no_published else args.published)
+                             published=None if args.no_published else args.published, history=history)
     except (OSError, ValueError, KeyError) as error:
         print(f"cannot write the report: {error}", file=sys.stderr)
         return 1

@@ -252,6 +252,44 @@ def plot_collectives(collectives: Mapping, path: Path) -> Path | None:
     return _save(figure, path)
 
 
+TREND_COLORS = {"fail": "tab:red", "inconclusive": "tab:orange", "faster": "tab:green"}
+"""A history point's colour by its verdict; a pass and anything else unjudged is blue."""
+
+
+def plot_history(rows: Sequence[Mapping], cell_ids: Sequence[str], path: Path, *, metric: str = "throughput",
+                 last: int = 60) -> Path | None:
+    """One panel per cell of ``cell_ids``: its ``metric`` night by night from the history ``rows``
+    (the last ``last`` lines of each), with intervals, coloured by the night's verdict."""
+    series = {cell: [row for row in rows if row.get("cell") == cell and isinstance(row.get(metric), Mapping)
+                     and finite_number(row[metric].get("value"))][-last:] for cell in cell_ids}
+    series = {cell: points for cell, points in series.items() if points}
+    if not series:
+        return None
+    plt = _pyplot()
+    columns = min(3, len(series))
+    figure_rows = -(-len(series) // columns)
+    figure, grid = plt.subplots(figure_rows, columns, figsize=(4.6 * columns, 2.8 * figure_rows), squeeze=False)
+    for axes, (cell, points) in zip(grid.flat, series.items()):
+        values = [p[metric]["value"] for p in points]
+        lows = [p[metric].get("low") if finite_number(p[metric].get("low")) else v for p, v in zip(points, values)]
+        highs = [p[metric].get("high") if finite_number(p[metric].get("high")) else v
+                 for p, v in zip(points, values)]
+        xs = range(len(points))
+        axes.plot(xs, values, color="lightgray", linewidth=1)
+        below = [max(0.0, v - lo) for v, lo in zip(values, lows)]
+        above = [max(0.0, hi - v) for v, hi in zip(values, highs)]
+        axes.errorbar(xs, values, yerr=[below, above], fmt="none", ecolor="gray", capsize=2)
+        axes.scatter(xs, values, c=[TREND_COLORS.get(p.get("verdict"), "tab:blue") for p in points], s=14, zorder=3)
+        axes.set_title(cell, fontsize=8)
+        dates = [str(points[0].get("date", ""))[:10], str(points[-1].get("date", ""))[:10]]
+        axes.set_xticks([0, len(points) - 1], dates, fontsize=7)
+        axes.set_ylabel("img/s" if metric == "throughput" else metric, fontsize=8)
+    for axes in list(grid.flat)[len(series):]:
+        axes.set_visible(False)
+    figure.suptitle(f"{metric} night by night (history; red: fail, orange: inconclusive)", fontsize=10)
+    return _save(figure, path)
+
+
 def write_all(results: Mapping, out_dir: Path, *, published: Mapping | None = None,
               collectives: Mapping | None = None) -> list[Path]:
     """Every figure the results support, as PNG files in ``out_dir``."""

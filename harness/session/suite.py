@@ -38,6 +38,7 @@ from harness.session.results import AccuracyResult, CellResult
 from harness.store.baselines import BaselineFile
 from harness.store.history import append as append_history
 from harness.store.history import make_row
+from harness.store.history import read as read_history
 
 __all__ = ["Suite", "SuiteError", "SuiteOptions", "CellResult", "AccuracyResult"]
 
@@ -192,6 +193,12 @@ class Suite:
                        yardstick_s=round(result.yardstick.seconds, 6) if result.yardstick else None,
                        machine_speed=result.machine_speed, cpu_wait_share=result.cpu_wait_share)
         append_history(self.options.history_dir / f"{self.system}.jsonl", [row])
+
+    def history_rows(self) -> list[dict]:
+        """The system's history lines, this session's included; none where it keeps no history."""
+        if self.options.history_dir is None or not self._prepared:
+            return []
+        return read_history(self.options.history_dir / f"{self.system}.jsonl")[0]
 
     def measure_accuracy(self, cell: AccuracyCell,
                          on_progress: Callable[[str], None] | None = None) -> "AccuracyResult":

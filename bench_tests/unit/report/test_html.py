@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.judging.stats import Estimate
 from harness.report import collectives
 from harness.report import html as report
 from harness.report import plots
 from harness.report import projection
 from harness.store.baselines import BaselineError, BaselineFile
+from harness.store.history import append, make_row
 
 REPO = Path(__file__).resolve().parents[3]
 PUBLISHED = REPO / "harness" / "report" / "published-aach2023.json"
@@ -130,6 +132,26 @@ def test_report_without_collectives_says_how_to_get_them(results, tmp_path):
 def test_report_refuses_a_baseline_file_as_published(results, tmp_path):
     with pytest.raises(ValueError, match="published"):
         report.write_report(results, tmp_path, published={"schema_version": 1, "cells": {}})
+
+
+def test_the_report_draws_each_cells_history_trend(results, tmp_path):
+    cell = results["cells"][1]["cell"]
+    rows = [make_row(cell, run_id=f"r{night}", verdict="fail" if night == 4 else "pass",
+                     throughput=Estimate(value=100.0 - 10 * (night == 4), low=93.0 - 10 * (night == 4), high=107.0),
+                     date=f"2026-01-0{night + 1}T00:00:00+00:00") for night in range(5)]
+    rows.append(make_row("a-cell-not-in-the-results-g1", run_id="x", verdict="pass",
+                         throughput=Estimate(value=1.0, low=1.0, high=1.0)))
+    text = report.write_report(results, tmp_path / "out", published=None, history=rows).read_text()
+    assert "<h2>History</h2>" in text and is_png(tmp_path / "out" / "history.png")
+    assert plots.plot_history(rows, ["a-cell-without-history-g1"], tmp_path / "none.png") is None
+    assert "history.png" not in report.write_report(results, tmp_path / "bare", published=None).read_text()
+    history_file = tmp_path / "unit.jsonl"
+    append(history_file, rows)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    arguments = [str(path), "--out", str(tmp_path / "cli"), "--no-published", "--history", str(history_file)]
+    assert report.main(arguments) == 0
+    assert (tmp_path / "cli" / "history.png").is_file()
 
 
 def test_report_command_line(results, tmp_path, capsys):
