@@ -20,8 +20,10 @@ def test_its_own_cell_fixture(cell):
     assert cell in ("a", "b")
 
 def test_no_signal_handler_of_dlscale():
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # what the process inherited (SIG_IGN for SIGINT in a background job) or pytest's, not dlscale's
+    for number in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(number)
+        assert not getattr(handler, "__module__", "").startswith("harness"), (number, handler)
 
 def test_no_heavy_import():
     assert not {"scipy", "torch", "matplotlib"} & set(sys.modules)
