@@ -3,6 +3,7 @@ environment, run from a project directory that holds nothing but its own ``basel
 The cells run through srun on the local Slurm cluster and are judged against that folder."""
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -24,8 +25,12 @@ def installed(tmp_path_factory) -> Path:
     """A new venv holding the dlscale wheel built from this checkout; the dependencies (torch and
     the rest, which cannot be fetched here) come from this environment through a .pth file."""
     root = tmp_path_factory.mktemp("installed")
+    source = root / "source"  # built from a copy: setuptools leaves build/ and egg-info beside the source
+    shutil.copytree(REPO / "harness", source / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                    "-w", str(root / "wheel"), str(REPO)], check=True, cwd=root)
+                    "-w", str(root / "wheel"), str(source)], check=True, cwd=root)
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"

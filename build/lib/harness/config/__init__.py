@@ -1,1 +1,0 @@
-"""What a session measures: cells, the matrix of cells and workload profiles, and the options."""

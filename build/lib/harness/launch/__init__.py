@@ -1,1 +1,0 @@
-"""Starting a cell's ranks through a real launcher, watching them and ending every process."""

@@ -1,1 +1,0 @@
-"""Runs built on the suite: the accuracy task and the power self-test."""
