@@ -16,6 +16,7 @@ line other than such a torn one (:attr:`Problem.torn`): something else writes th
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import datetime
 import json
@@ -258,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"relative drop of the latest level that fails (default {DEFAULT_THRESHOLD})")
     parser.add_argument("--min-nights", type=int, default=DEFAULT_MIN_NIGHTS,
                         help=f"shortest level a change point may create (default {DEFAULT_MIN_NIGHTS})")
+    parser.add_argument("--csv", type=Path, help="also write the lines (of --cell, if given) to this CSV file")
     args = parser.parse_args(argv)
     if not args.path.exists():
         parser.error(f"{args.path} does not exist")
@@ -266,6 +268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows, problems = read(args.path)
     for problem in problems:
         print(f"{args.path}: skipped {problem}", file=sys.stderr)
+    if args.csv:
+        write_csv([row for row in rows if args.cell in (None, row["cell"])], args.csv)
+        print(f"written to {args.csv}")
     histories = report(rows, metric=args.metric, cell=args.cell, min_nights=args.min_nights)
     if not histories:
         print(f"{args.path}: no {args.metric} figures" + (f" for {args.cell}" if args.cell else ""))
@@ -280,6 +285,22 @@ def main(argv: Sequence[str] | None = None) -> int:
               + ", ".join(regressed))
         return 1
     return 0
+
+
+CSV_COLUMNS = ("date", "cell", "run_id", "verdict", "throughput", "throughput_low", "throughput_high",
+               "efficiency", "efficiency_low", "efficiency_high", "git_commit", "fingerprint")
+
+
+def write_csv(rows: Sequence[Mapping], path: Path) -> None:
+    """The history lines as a table other tools read: one row per line, each figure with its interval."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(CSV_COLUMNS)
+        for row in rows:
+            figures = [(row.get(metric) or {}).get(part)
+                       for metric in CELL_METRICS for part in ("value", "low", "high")]
+            writer.writerow([row.get("date"), row["cell"], row.get("run_id"), row.get("verdict"), *figures,
+                             row.get("git_commit"), row.get("fingerprint")])
 
 
 # --- helpers -------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Unit tests of harness.store.history: append-only file, corrupt lines, change-point report and exit code."""
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -211,3 +212,16 @@ def test_a_slower_machine_is_told_apart_from_a_slower_stack_by_the_yardstick(tmp
     [machine] = history.report(history.read(path)[0], metric="machine")
     assert len(machine.nights) == 20 and machine.changes[0].relative == pytest.approx(-0.15, abs=0.02)
     capsys.readouterr()
+
+
+def test_the_history_exports_to_csv(tmp_path, capsys):
+    path = tmp_path / "sys.jsonl"
+    history.append(path, [history.make_row("c-g1", run_id=f"r{n}", verdict="pass", date=f"2026-01-0{n + 1}",
+                                           throughput=Estimate(value=100.0 + n, low=99.0 + n, high=101.0 + n))
+                          for n in range(3)] + [history.make_row("d-g1", run_id="x", verdict="fail")])
+    out = tmp_path / "h.csv"
+    history.main([str(path), "--cell", "c-g1", "--csv", str(out)])
+    rows = list(csv.DictReader(out.open()))
+    assert [r["run_id"] for r in rows] == ["r0", "r1", "r2"] and rows[2]["throughput"] == "102.0"
+    assert rows[0]["throughput_low"] == "99.0" and rows[0]["efficiency"] == ""
+    assert "written to" in capsys.readouterr().out
