@@ -1,5 +1,11 @@
-"""The workload the suite's own tests run: small enough for a 2-core machine."""
+"""The workload the suite's own tests run (small enough for a 2-core machine), and the scaling
+test module their pytest sessions run."""
+from pathlib import Path
+
+import harness.bench
 from harness.rank.workload import Workload
+
+SCALING_TEST = Path(harness.bench.__file__).with_name("test_scaling.py")
 
 TINY = Workload(image_size=32, batch_size=8, warmup_steps=2, steps=5, num_workers=1, num_classes=10)
 

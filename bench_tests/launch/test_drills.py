@@ -27,7 +27,7 @@ from harness.rank.faults import Fault
 from harness.rank.spec import RankOptions
 from harness.store.history import read as read_history
 
-from ..workloads import TINY
+from ..workloads import SCALING_TEST, TINY
 from .test_two_hosts import SUBNET, TwoHostTorchrun, hosts  # noqa: F401 - hosts is a fixture
 
 pytestmark = pytest.mark.launch
@@ -190,7 +190,7 @@ def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, re
     first cell finished and the second has started. Wherever the second press lands, the session
     exits INTERRUPTED without a traceback, keeps the finished cell in the results file, the history
     and the baselines, leaves no temporary file and no process behind."""
-    shutil.copy(REPO / "bench_tests" / "scaling" / "test_scaling.py", tmp_path / "test_scaling.py")
+    shutil.copy(SCALING_TEST, tmp_path / "test_scaling.py")
     mark = uuid.uuid4().hex
     results, baselines, history = tmp_path / "r.json", tmp_path / "baselines", tmp_path / "history"
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling",

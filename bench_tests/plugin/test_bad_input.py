@@ -19,10 +19,10 @@ import pytest
 from harness.store.history import make_row
 from harness.store.history import read as read_history
 
+from ..workloads import SCALING_TEST
 from ..workloads import TINY_FLAGS as BASE_FLAGS
 
 REPO = Path(__file__).resolve().parents[2]
-SCALING_TEST = REPO / "harness" / "bench" / "test_scaling.py"
 SYSTEM = "badsys"
 CELL = "ddp-synthetic-resnet50-g1"
 BASELINE = "baselines/badsys.json"

@@ -12,7 +12,8 @@ import pytest
 
 from harness.store.history import read as read_history
 
-from .test_suite_flow import SCALING_TEST, TINY_FLAGS
+from ..workloads import SCALING_TEST
+from .test_suite_flow import TINY_FLAGS
 
 pytestmark = pytest.mark.launch
 REPO = Path(__file__).resolve().parents[2]

@@ -1,14 +1,13 @@
 """The scaling suite as a user runs it: pytest itself, in a subprocess, launching real cells."""
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
+from ..workloads import SCALING_TEST
 from ..workloads import TINY_FLAGS as BASE_FLAGS
 
 pytestmark = pytest.mark.launch
-SCALING_TEST = Path(__file__).resolve().parents[2] / "harness" / "bench" / "test_scaling.py"
 TINY_FLAGS = [*BASE_FLAGS, "--widest-baseline", "inf"]  # five steps make no precise baseline; these tests are about the flow
 
 
