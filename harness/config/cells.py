@@ -208,11 +208,12 @@ def _knobs() -> dict[str, set[str]]:
     return owners
 
 
-def measured_config(workload: Mapping[str, Any], cell: Cell) -> dict[str, Any]:
+def measured_config(workload: Mapping[str, Any], cell: Cell | None) -> dict[str, Any]:
     """The workload fields that change what ``cell`` measures: all of them except where the data
     lives and the knobs only other backends read (a DALI thread count is not a DDP-synthetic
-    cell's)."""
-    used, knobs = {cell.framework, cell.loader, cell.model}, _knobs()
+    cell's). For no cell (an id of another form) every knob counts."""
+    knobs = _knobs()
+    used = {cell.framework, cell.loader, cell.model} if cell else set().union(*knobs.values())
     return {key: value for key, value in workload.items()
             if key not in WHERE_DATA_LIVES and (key not in knobs or knobs[key] & used)}
 

@@ -31,14 +31,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness.config.cells import WHERE_DATA_LIVES, measured_config, scaling_cell
+from harness.config.cells import measured_config, scaling_cell
 from harness.config.cells import config_hash as cell_config_hash
-from harness.machine.provenance import cpu_model
+from harness.machine.provenance import command_output, cpu_model, version_text
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
 
@@ -64,8 +63,7 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
     cell = scaling_cell(cell_id)
     gpu = any(str(r.get("device", "")).startswith("cuda") for r in records)
     local = _local_facts(gpu)
-    config = measured_config(workload, cell) if cell else \
-        {key: value for key, value in workload.items() if key not in WHERE_DATA_LIVES}
+    config = measured_config(workload, cell)
     if config_hash is None:
         if cell is None:
             raise ValueError(f"cannot derive the config hash of {cell_id!r}: pass config_hash")
@@ -195,25 +193,16 @@ def mpi_library_version() -> str | None:
     (asked in a child process, so that this one never initialises MPI), else None."""
     mpirun = shutil.which("mpirun")
     if mpirun is not None:
-        text = _output([mpirun, "--version"])
+        text = version_text(mpirun)
         if text:
             match = re.search(r"\(Open MPI\)\s+(\S+)", text)
             return f"Open MPI {match.group(1)}" if match else text.splitlines()[0].strip()
-    text = _output([sys.executable, "-c", "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+    text = command_output([sys.executable, "-c", "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
                                           "print(MPI.Get_library_version().splitlines()[0])"])
     if not text:
         return None
     match = re.search(r"Open MPI v(\S+?),", text)
     return f"Open MPI {match.group(1)}" if match else text.splitlines()[0].strip()
-
-
-def _output(command: list[str], timeout: float = 20) -> str | None:
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    text = (out.stdout or out.stderr).strip()
-    return text if out.returncode == 0 and text else None
 
 
 def _cuda_facts() -> dict[str, Any]:
@@ -238,7 +227,7 @@ def _cuda_facts() -> dict[str, Any]:
 def _nvidia_driver() -> str | None:
     if shutil.which("nvidia-smi") is None:
         return None
-    text = _output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    text = command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
     return text.splitlines()[0].strip() if text else None
 
 

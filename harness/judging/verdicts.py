@@ -24,7 +24,7 @@ import dataclasses
 import math
 from typing import Mapping
 
-from harness.config.cells import WHERE_DATA_LIVES, measured_config, scaling_cell
+from harness.config.cells import measured_config, scaling_cell
 from harness.judging.breakdown import CellBreakdown, attribute_regression
 from harness.judging.fingerprint import stack_changes, stale_differences
 from harness.judging.stats import BandVerdict, Estimate, needs_more_samples, verdict
@@ -272,14 +272,13 @@ def config_change(entry: Mapping, evidence: Evidence) -> str | None:
         return None
     if not isinstance(entry.get("config"), Mapping):
         return "framework, loader or model settings"
-    cell = scaling_cell(evidence.cell_id)
-    measured = measured_config(evidence.config, cell) if cell else evidence.config
+    measured = measured_config(evidence.config, scaling_cell(evidence.cell_id))
     return config_differences(entry["config"], measured) or None
 
 
 def config_differences(old: Mapping, new: Mapping) -> str:
     """``"key: old -> new"`` for each field of ``new`` that ``old`` does not hold the same."""
-    keys = sorted(set(new) - set(WHERE_DATA_LIVES))
+    keys = sorted(new)
     return ", ".join(f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in keys if old.get(key) != new.get(key))
 
 

@@ -17,6 +17,7 @@ from typing import Mapping
 from harness import HARNESS_SOURCE
 from harness.common.registry import Entry, Registry
 from harness.machine import allocation
+from harness.machine.provenance import version_text
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -204,15 +205,6 @@ def open_mpi_refusal(version_text: str | None) -> str | None:
             "(-x, --map-by, OMPI_COMM_WORLD_*): use --launcher srun, or put Open MPI's mpirun first on PATH")
 
 
-@lru_cache(maxsize=4)
-def _version_text(executable: str) -> str | None:
-    try:
-        out = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (out.stdout + out.stderr) or None
-
-
 class MpirunLauncher(Launcher):
     name = "mpirun"
     executable = "mpirun"
@@ -220,7 +212,7 @@ class MpirunLauncher(Launcher):
     def unavailable_reason(self) -> str | None:
         if reason := super().unavailable_reason():
             return reason
-        return open_mpi_refusal(_version_text(find_tool(self.executable)))
+        return open_mpi_refusal(version_text(find_tool(self.executable)))
 
     def command(self, request: LaunchRequest) -> list[str]:
         if request.cores_per_rank:

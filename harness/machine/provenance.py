@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib.metadata
 import platform
 import socket
@@ -44,6 +45,23 @@ def git_commit(repo: Path) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
+
+
+def command_output(command: list[str], timeout: float = 20) -> str | None:
+    """What ``command`` printed (its standard output, else its error output) when it succeeded."""
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = (out.stdout or out.stderr).strip()
+    return text if out.returncode == 0 and text else None
+
+
+@functools.lru_cache(maxsize=8)
+def version_text(executable: str) -> str | None:
+    """``EXECUTABLE --version`` as it printed it, asked once per process (the launcher's check and
+    the fingerprint both read ``mpirun``'s)."""
+    return command_output([executable, "--version"])
 
 
 def cpu_model() -> str:
