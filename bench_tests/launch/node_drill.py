@@ -3,11 +3,11 @@ runs on its first node: this process sees only host 0's processes, so only the l
 cross-node mechanism (the step's scancel, Open MPI's teardown, the sweep step on every node) can
 end what the cell left on host 1.
 
-    python -m bench_tests.launch.node_drill srun|mpirun WORKDIR RESULT.json [--fault exit|hang|stuck]
+    python -m bench_tests.launch.node_drill srun|mpirun|torchrun WORKDIR RESULT.json [--fault exit|hang|stuck]
 
 Run inside an allocation of both nodes (``salloc -N2``). Writes RESULT.json with the run token,
-when the runner decided the cell was over, the status and the processes swept on each node; a
-Ctrl-C (SIGINT) is handled as in a suite session and recorded.
+when the runner decided the cell was over, the status, each rank's host and the processes swept on
+each node; a Ctrl-C (SIGINT) is handled as in a suite session and recorded.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import harness.launch.runner
 from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import write_json_atomic
 from harness.config.cells import Cell
-from harness.launch.launchers import MpirunLauncher, SrunLauncher
+from harness.launch.launchers import MpirunLauncher, SrunLauncher, TorchrunLauncher
 from harness.launch.runner import RunLimits, run_cell
 from harness.rank.faults import Fault
 from harness.rank.spec import RankOptions
@@ -35,6 +35,7 @@ LAUNCHERS = {
     # Open MPI's daemons and ranks talk over the hosts' link only (the loopback is per host).
     "mpirun": lambda: MpirunLauncher(environment={"GLOO_SOCKET_IFNAME": IFNAME, "OMPI_MCA_oob_tcp_if_include": IFNAME,
                                                   "OMPI_MCA_btl_tcp_if_include": IFNAME}),
+    "torchrun": lambda: TorchrunLauncher(environment={"GLOO_SOCKET_IFNAME": IFNAME}),
 }
 
 
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat", type=float, default=30.0)
     args = parser.parse_args(argv)
 
-    seen: dict = {"host": socket.gethostname(), "decided": None, "token": None, "elsewhere": None}
+    seen: dict = {"host": socket.gethostname(), "decided": None, "token": None, "elsewhere": None, "ranks": None}
 
     def marking(function, record_token: bool = False):
         def marked(*positional, **named):
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         run = run_cell(CELL, TINY, launcher, workdir=args.workdir, options=RankOptions(fault=fault),
                        limits=RunLimits(timeout_s=240, heartbeat_s=args.heartbeat))
         status, error, exit_status = run.status, run.error, 0
+        seen["ranks"] = sorted((record["rank"], record["host"], record["source"]) for record in run.records)
     except KeyboardInterrupt:
         pass
     write_json_atomic(args.result, {**seen, "status": status, "error": error, "returned": time.time(),

@@ -1,6 +1,7 @@
 """Failure drills across two nodes: a rank killed, a rank hung, Ctrl-C once and twice, for a cell
-with one rank on each host of the two-node namespace Slurm cluster, started by srun (a job step)
-and by mpirun (Open MPI inside the allocation, its daemons started through Slurm).
+with one rank on each host of the two-node namespace Slurm cluster, started by srun (a job step),
+by mpirun (Open MPI inside the allocation, its daemons started through Slurm) and by torchrun (one
+agent per node, started by srun, meeting at a c10d rendezvous on the first).
 
 Each host has its own PID namespace, as two real nodes have, and the runner runs on host 0
 (bench_tests/launch/node_drill.py inside ``salloc -N2``): its own /proc shows nothing of host 1, so
@@ -59,8 +60,9 @@ class NodeWatch(Sampler):
 
 
 def _rank_of(entry: Path, environ: list[bytes]) -> int | None:
-    """A worker's rank (Open MPI's, else Slurm's: under mpirun in an allocation a rank also inherits
-    the SLURM_PROCID of the daemon's step); None for launchers and daemons."""
+    """A worker's rank (torchrun's, Open MPI's, else Slurm's: under mpirun or torchrun in an
+    allocation a rank also inherits the SLURM_PROCID of the daemon's or agent's step); None for
+    launchers and daemons."""
     try:
         cmdline = (entry / "cmdline").read_bytes()
     except OSError:
@@ -68,7 +70,7 @@ def _rank_of(entry: Path, environ: list[bytes]) -> int | None:
     if b"harness.rank.worker" not in cmdline or not cmdline.startswith(sys.executable.encode()):
         return None
     values = dict(item.split(b"=", 1) for item in environ if b"=" in item)
-    value = values.get(b"OMPI_COMM_WORLD_RANK") or values.get(b"SLURM_PROCID")
+    value = values.get(b"RANK") or values.get(b"OMPI_COMM_WORLD_RANK") or values.get(b"SLURM_PROCID")
     return int(value) if value is not None else None
 
 
@@ -89,13 +91,37 @@ def _driver_pid(result: Path) -> int | None:
     return None
 
 
+def _drill(hosts: dict, slurm_conf: str, launcher_name: str, cells: Path, result: Path,
+           *flags: str) -> tuple[list[str], dict]:
+    """The command and environment that run node_drill on host 0 inside an allocation of both hosts."""
+    command = [str(NETNS), "exec", "0", "env", f"SLURM_CONF={slurm_conf}", "salloc", "--quiet", "--nodes=2",
+               "--ntasks-per-node=1", sys.executable, "-m", "bench_tests.launch.node_drill", launcher_name, str(cells),
+               str(result), *flags]
+    return command, dict(hosts, PATH=os.environ["PATH"], PYTHONPATH=str(REPO))
+
+
+def test_torchrun_agents_started_by_srun_train_one_cell_across_both_nodes(hosts, two_node_slurm, tmp_path):
+    """Multi-node torchrun as users run it on Slurm: inside ``salloc -N2`` the torchrun launcher starts
+    one agent per node as a job step; they meet at a c10d rendezvous on the step's first node."""
+    result = tmp_path / "result.json"
+    command, env = _drill(hosts, two_node_slurm, "torchrun", tmp_path / "cells", result)
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.exists(), (done.stdout + done.stderr)[-3000:]
+    outcome = json.loads(result.read_text())
+    assert outcome["status"] == "ok", outcome["error"]
+    prefix = hosts["DLSCALE_NETNS_PREFIX"]
+    assert [rank for rank, _, _ in outcome["ranks"]] == [0, 1]
+    assert sorted(host for _, host, _ in outcome["ranks"]) == [f"{prefix}0", f"{prefix}1"]
+    assert {source for _, _, source in outcome["ranks"]} == {"torchrun"}
+
+
 DRILLS = {"killed": ["--fault", "exit"], "hung": ["--fault", "hang", "--heartbeat", "30"],
           # Ctrl-C pressed at a job whose rank on host 1 is stuck (what users press it for): deaf to
           # SIGTERM, it outlives a launcher that is killed, so only a SIGKILL on host 1 can end it.
           "ctrl-c": ["--fault", "stuck", "--heartbeat", "300"], "ctrl-c-twice": ["--fault", "stuck", "--heartbeat", "300"]}
 
 
-@pytest.mark.parametrize("launcher_name", ["srun", "mpirun"])
+@pytest.mark.parametrize("launcher_name", ["srun", "mpirun", "torchrun"])
 @pytest.mark.parametrize("drill", list(DRILLS))
 def test_a_failed_or_interrupted_cell_leaves_nothing_on_either_node(hosts, two_node_slurm, tmp_path, request,
                                                                     launcher_name, drill):
@@ -103,10 +129,7 @@ def test_a_failed_or_interrupted_cell_leaves_nothing_on_either_node(hosts, two_n
     nodes = [f"{prefix}{n}" for n in (0, 1)]
     namespaces = {_holder_namespace(prefix, n): nodes[n] for n in (0, 1)}
     result, cells = tmp_path / "result.json", tmp_path / "cells"
-    command = [str(NETNS), "exec", "0", "env", f"SLURM_CONF={two_node_slurm}", "salloc", "--quiet", "--nodes=2",
-               "--ntasks-per-node=1", sys.executable, "-m", "bench_tests.launch.node_drill", launcher_name, str(cells),
-               str(result), *DRILLS[drill]]
-    env = dict(hosts, PATH=os.environ["PATH"], PYTHONPATH=str(REPO))
+    command, env = _drill(hosts, two_node_slurm, launcher_name, cells, result, *DRILLS[drill])
     log_path = tmp_path / "drill.log"
     outdir = cells / "ddp-synthetic-resnet50-g2"
     with NodeWatch(namespaces) as watch, open(log_path, "wb") as log:

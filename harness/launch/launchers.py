@@ -52,11 +52,17 @@ class Launcher(abc.ABC):
     takes_partition = False
     """Whether it can start ranks in a Slurm partition of the user's choice (``--partition``)."""
 
-    def __init__(self, *, environment: Mapping[str, str] | None = None, partition: str | None = None):
+    def __init__(self, *, environment: Mapping[str, str] | None = None, partition: str | None = None,
+                 slurm_env: Mapping[str, str] | None = None):
         self.environment = dict(environment or {})
         """The launch environment (:func:`harness.machine.allocation.launch_environment`): site settings such as
         NCCL_SOCKET_IFNAME that every rank gets, set on the launcher's own command line."""
         self.partition = partition
+        self.slurm_env = slurm_env
+        """The environment the Slurm allocation is read from; None: this process's, when asked."""
+
+    def _allocation(self) -> allocation.Allocation | None:
+        return allocation.from_env(os.environ if self.slurm_env is None else self.slurm_env)
 
     def _with_environment(self, command: list[str]) -> list[str]:
         """``command`` run under ``env NAME=VALUE ...``: seen in the results, inherited by every launcher."""
@@ -68,6 +74,10 @@ class Launcher(abc.ABC):
         """Why this launcher cannot be used here, or None when it can."""
         if find_tool(self.executable) is None:
             return f"{self.executable} not found beside {sys.executable} or on PATH"
+        return None
+
+    def cannot_lay_out(self, ranks: int) -> str | None:
+        """Why this launcher cannot start ``ranks`` ranks here, or None when it can."""
         return None
 
     @abc.abstractmethod
@@ -153,9 +163,7 @@ class SrunLauncher(Launcher):
 
     def __init__(self, *, environment: Mapping[str, str] | None = None, partition: str | None = None,
                  slurm_env: Mapping[str, str] | None = None, version: tuple[int, ...] | None = None):
-        super().__init__(environment=environment, partition=partition)
-        self.slurm_env = slurm_env
-        """The environment the allocation is read from; None: this process's, when the command is made."""
+        super().__init__(environment=environment, partition=partition, slurm_env=slurm_env)
         self.version = version
 
     def unavailable_reason(self) -> str | None:
@@ -163,9 +171,6 @@ class SrunLauncher(Launcher):
 
     def rendezvous_host(self) -> str | None:
         return None  # each rank reads the step's first node from SLURM_STEP_NODELIST
-
-    def _allocation(self) -> allocation.Allocation | None:
-        return allocation.from_env(os.environ if self.slurm_env is None else self.slurm_env)
 
     def command(self, request: LaunchRequest) -> list[str]:
         job = self._allocation()
@@ -180,18 +185,24 @@ class SrunLauncher(Launcher):
                                        *request.args])
 
     def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
-        # Outside an allocation srun made a job of its own, named after the cell: cancel it. Inside
-        # one, the job is the user's allocation and must never be cancelled, only the cell's step
-        # (an srun killed by a second Ctrl-C leaves its step running on the other nodes).
+        # Outside an allocation srun made a job of its own, named after the cell: cancel it.
         if shutil.which("scancel") is None:
             return {}
         job = self._allocation()
         if job is None:
             subprocess.run(["scancel", "--quiet", f"--name={request.job_name}"], timeout=30, check=False)
             return {}
+        return cancel_step_and_sweep(request, job)
+
+
+def cancel_step_and_sweep(request: LaunchRequest, job: allocation.Allocation) -> dict[str, list[int]]:
+    """Inside the user's allocation, which must never be cancelled: cancel the launch's own job step
+    (an srun killed by a second Ctrl-C leaves its step running on the other nodes), then sweep
+    every node of the allocation."""
+    if shutil.which("scancel") is not None:
         for step in _job_steps_named(job.job_id, request.job_name):
             subprocess.run(["scancel", "--quiet", step], timeout=30, check=False)
-        return sweep_allocation_nodes(request, job)
+    return sweep_allocation_nodes(request, job)
 
 
 def open_mpi_refusal(version_text: str | None) -> str | None:
@@ -229,24 +240,64 @@ class MpirunLauncher(Launcher):
     def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
         # SIGTERM to mpirun is Open MPI's own teardown (it ends its daemons and their ranks on
         # every node); inside a Slurm allocation every node is then checked.
-        return sweep_allocation_nodes(request, allocation.from_env(os.environ))
+        return sweep_allocation_nodes(request, self._allocation())
 
 
 class TorchrunLauncher(Launcher):
+    """torchrun's elastic agent. Outside a Slurm allocation: one agent on this node, static
+    rendezvous. Inside one, the form multi-node PyTorch jobs take on Slurm: srun starts one agent
+    per node as a job step, each with the same number of ranks (:func:`allocation.agents_layout`),
+    and they meet at a c10d rendezvous on the step's first node (:mod:`harness.launch.agent`)."""
+
     name = "torchrun"
     executable = "torchrun"
 
     def unavailable_reason(self) -> str | None:
+        if self._allocation() is not None and shutil.which("srun") is None:
+            return "inside a Slurm allocation its agents are started by srun, which is not on PATH"
         return None  # run as ``python -m torch.distributed.run``: present wherever torch is
 
+    def cannot_lay_out(self, ranks: int) -> str | None:
+        job = self._allocation()
+        if job is not None:
+            try:
+                allocation.agents_layout(job, ranks)
+            except ValueError as error:
+                return str(error)
+        return None
+
     def rendezvous_host(self) -> str | None:
-        return "127.0.0.1"  # single-node: the agent and its ranks share this host
+        # Alone, the agent and its ranks share this host; on Slurm, the agents choose it.
+        return "127.0.0.1" if self._allocation() is None else None
 
     def command(self, request: LaunchRequest) -> list[str]:
+        agent = ["--max-restarts=0", "-m", request.module, *request.args]
+        job = self._allocation()
+        if job is None:
+            return self._with_environment([
+                request.python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={request.ranks}",
+                f"--master-addr={request.master_addr or '127.0.0.1'}", f"--master-port={request.master_port}",
+                *agent])
+        nodes, per_node = allocation.agents_layout(job, request.ranks)
+        step = [f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"]
+        version = installed_slurm_version()
+        if version is not None and version < (20, 11):
+            step.append("--exclusive")
+        # One task per node holds the node's ranks: it needs their cores (Slurm gives a task one
+        # by default) and every GPU the job has there (undoing an inherited per-task binding).
+        cores = request.cores_per_rank * per_node if request.cores_per_rank else min(job.cpus_per_node, default=0)
+        if cores:
+            step.append(f"--cpus-per-task={cores}")
+        if job.gpus_per_node:
+            step.append("--gpu-bind=none")
         return self._with_environment([
-            request.python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={request.ranks}",
-            f"--master-addr={request.master_addr or '127.0.0.1'}", f"--master-port={request.master_port}",
-            "--max-restarts=0", "-m", request.module, *request.args])
+            "srun", *step, "--kill-on-bad-exit=1", f"--job-name={request.job_name}", request.python, "-m",
+            "harness.launch.agent", f"--nnodes={nodes}", f"--nproc-per-node={per_node}",
+            f"--rdzv-id={request.job_name}", *agent])
+
+    def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
+        job = self._allocation()
+        return {} if job is None else cancel_step_and_sweep(request, job)
 
 
 class HorovodrunLauncher(Launcher):

@@ -174,6 +174,39 @@ def srun_step_options(allocation: Allocation | None, ranks: int, version: tuple[
     return options
 
 
+def agents_layout(allocation: Allocation, ranks: int) -> tuple[int, int]:
+    """``(nodes, ranks per node)`` for a launcher that starts one agent per node with the same
+    number of ranks under each (torchrun): with GPUs as :func:`srun_step_options` lays them out,
+    one rank per GPU on as few nodes as hold them; without, over as many of the job's nodes as
+    there are ranks, or its fixed tasks per node. ``ValueError`` where the ranks do not split
+    evenly or do not fit."""
+    if allocation.gpus_per_node:
+        per_node = allocation.ranks_per_node
+        nodes = math.ceil(ranks / per_node)
+    elif allocation.tasks_per_node:
+        nodes = math.ceil(ranks / allocation.tasks_per_node)
+    else:
+        nodes = min(allocation.nodes, ranks)
+    if nodes > allocation.nodes:
+        raise ValueError(f"{ranks} rank(s) need {nodes} node(s) and the Slurm allocation {allocation.job_id} "
+                         f"holds {allocation.nodes}")
+    if ranks % nodes:
+        raise ValueError(f"torchrun starts the same number of ranks on every node: {ranks} rank(s) do not split "
+                         f"evenly over the {nodes} node(s) they need in the Slurm allocation {allocation.job_id}")
+    return nodes, ranks // nodes
+
+
+def first_host(nodelist: str) -> str:
+    """First host of a Slurm node list such as ``node[03-05,07],gpu1`` -> ``node03``."""
+    prefix, bracket, rest = nodelist.partition("[")
+    if "," in prefix:  # the first entry has no bracket
+        return prefix.split(",")[0]
+    if not bracket:
+        return prefix
+    first_range = rest.split("]")[0].split(",")[0]
+    return prefix + first_range.split("-")[0]
+
+
 # -- launch environment ------------------------------------------------------------------------
 
 def parse_assignment(text: str, where: str = "--launch-env") -> tuple[str, str]:

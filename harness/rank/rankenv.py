@@ -6,6 +6,8 @@ import dataclasses
 import socket
 from typing import Mapping
 
+from harness.machine.allocation import first_host
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class RankInfo:
@@ -22,17 +24,6 @@ class RankInfo:
 
 class RankEnvironmentError(RuntimeError):
     pass
-
-
-def _first_host(nodelist: str) -> str:
-    """First host of a Slurm node list such as ``node[03-05,07],gpu1`` -> ``node03``."""
-    prefix, bracket, rest = nodelist.partition("[")
-    if "," in prefix:  # the first entry has no bracket
-        return prefix.split(",")[0]
-    if not bracket:
-        return prefix
-    first_range = rest.split("]")[0].split(",")[0]
-    return prefix + first_range.split("-")[0]
 
 
 def read_rank_info(env: Mapping[str, str]) -> RankInfo:
@@ -70,7 +61,7 @@ def read_rank_info(env: Mapping[str, str]) -> RankInfo:
         local_world = int(tasks_per_node.split("(")[0].split(",")[0])
         if addr is None:
             nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
-            addr = _first_host(nodelist) if nodelist else None
+            addr = first_host(nodelist) if nodelist else None
     else:
         raise RankEnvironmentError(
             "no launcher variables found: expected torchrun's RANK/WORLD_SIZE, Open MPI's "

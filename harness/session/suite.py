@@ -23,7 +23,7 @@ from harness.config.options import SuiteError, SuiteOptions, check_settings
 from harness.judging.fingerprint import fingerprint_hash
 from harness.judging.recording import accuracy_entry, baseline_entries
 from harness.judging.verdicts import judge_accuracy, measured_enough
-from harness.launch.launchers import Launcher, default_launcher_name
+from harness.launch.launchers import LAUNCHERS, Launcher, default_launcher_name
 from harness.launch.runner import RunLimits, run_cell
 from harness.machine.allocation import launch_environment
 from harness.machine.environment import capture as capture_environment
@@ -83,7 +83,17 @@ class Suite:
         return preflight.uses_gpus(self.options.device)
 
     def skip_reason(self, cell: Cell | AccuracyCell) -> str | None:
-        return preflight.skip_reason(cell, self.uses_gpus, *self._rank_capacity())
+        reason = preflight.skip_reason(cell, self.uses_gpus, *self._rank_capacity())
+        return reason or (self._launcher_as_named.cannot_lay_out(cell.ranks) if self._launcher_as_named else None)
+
+    @functools.cached_property
+    def _launcher_as_named(self) -> Launcher | None:
+        """The launcher, before :meth:`prepare` has checked it can be used, to ask how it lays ranks
+        out; None for a name :meth:`prepare` will refuse."""
+        try:
+            return LAUNCHERS.create(self.launcher_name, environment=self.launch_environment)
+        except ValueError:
+            return None
 
     def _rank_capacity(self) -> tuple[int, str]:
         if self._capacity is None:

@@ -25,7 +25,7 @@ def test_mpirun_exports_the_rendezvous_and_token_variables():
 
 
 def test_torchrun_runs_the_worker_module_with_a_static_rendezvous():
-    command = LAUNCHERS.create("torchrun").command(REQUEST)
+    command = LAUNCHERS.create("torchrun", slurm_env={}).command(REQUEST)  # outside an allocation
     assert command[:3] == ["/venv/bin/python", "-m", "torch.distributed.run"]
     assert "--nproc-per-node=2" in command and "--master-port=29555" in command and "--max-restarts=0" in command
     assert command[-3:] == ["-m", "harness.rank.worker", "/tmp/spec.json"]

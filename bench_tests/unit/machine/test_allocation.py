@@ -1,6 +1,7 @@
 """Allocation awareness from fake SLURM_* environments: rank capacity, skip reasons, srun job steps,
 and the launch environment."""
 import dataclasses
+import re
 
 import pytest
 
@@ -120,6 +121,55 @@ def test_old_slurm_gets_exclusive_steps_new_slurm_needs_none():
 
 def test_a_cpu_cell_larger_than_the_gpu_layout_gets_no_layout():
     assert allocation.srun_step_options(allocation.from_env(TWO_GPU_NODES), 12, (22, 5)) == []
+
+
+# What salloc -N 2 --ntasks-per-node 1 gives on the two-node namespace cluster (bench_tests/launch).
+TWO_CPU_NODES = {"SLURM_JOB_ID": "12", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1",
+                 "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_JOB_CPUS_PER_NODE": "1(x2)", "SLURM_JOB_NODELIST": "h[0-1]"}
+
+
+@pytest.mark.parametrize("environment, ranks, layout", [
+    (TWO_GPU_NODES, 2, (1, 2)), (TWO_GPU_NODES, 4, (1, 4)), (TWO_GPU_NODES, 6, (2, 3)), (TWO_GPU_NODES, 8, (2, 4)),
+    (TWO_CPU_NODES, 1, (1, 1)), (TWO_CPU_NODES, 2, (2, 1)), (LOCAL_CPU_ONLY, 2, (1, 2)),
+])
+def test_agents_take_the_same_number_of_ranks_on_as_few_nodes_as_hold_them(environment, ranks, layout):
+    assert allocation.agents_layout(allocation.from_env(environment), ranks) == layout
+
+
+@pytest.mark.parametrize("environment, ranks, message", [
+    (TWO_GPU_NODES, 5, "5 rank(s) do not split evenly over the 2 node(s)"),
+    (TWO_GPU_NODES, 12, "12 rank(s) need 3 node(s) and the Slurm allocation 4711 holds 2"),
+    (TWO_CPU_NODES, 3, "3 rank(s) need 3 node(s)"),
+])
+def test_ranks_agents_cannot_lay_out_are_skipped_with_the_reason(environment, ranks, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        allocation.agents_layout(allocation.from_env(environment), ranks)
+    assert message in LAUNCHERS.create("torchrun", slurm_env=environment).cannot_lay_out(ranks)
+    assert LAUNCHERS.create("torchrun", slurm_env={}).cannot_lay_out(ranks) is None  # one node, any count
+
+
+def test_torchrun_in_an_allocation_starts_one_agent_per_node_as_a_job_step():
+    gpus = LAUNCHERS.create("torchrun", slurm_env=TWO_GPU_NODES).command(dataclasses.replace(REQUEST, ranks=8))
+    assert gpus[:gpus.index("/venv/bin/python")] == [
+        "srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=48", "--gpu-bind=none",
+        "--kill-on-bad-exit=1", "--job-name=dlscale-x"]
+    assert gpus[gpus.index("/venv/bin/python"):] == [
+        "/venv/bin/python", "-m", "harness.launch.agent", "--nnodes=2", "--nproc-per-node=4", "--rdzv-id=dlscale-x",
+        "--max-restarts=0", "-m", "harness.rank.worker", "/tmp/spec.json"]
+    cpus = LAUNCHERS.create("torchrun", slurm_env=TWO_CPU_NODES).command(
+        dataclasses.replace(REQUEST, ranks=2, cores_per_rank=1))
+    assert "--cpus-per-task=1" in cpus and "--gpu-bind=none" not in cpus and "--nproc-per-node=1" in cpus
+    assert LAUNCHERS.create("torchrun", slurm_env=TWO_CPU_NODES).rendezvous_host() is None  # the agents choose it
+
+
+def test_each_agent_meets_the_others_on_the_steps_first_node():
+    from harness.launch.agent import agent_command
+
+    command = agent_command(["--nnodes=2", "-m", "w"], {"SLURM_STEP_NODELIST": "jwb[0007-0008]", "MASTER_PORT": "29555"})
+    assert command[1:] == ["-m", "torch.distributed.run", "--rdzv-backend=c10d", "--rdzv-endpoint=jwb0007:29555",
+                           "--nnodes=2", "-m", "w"]
+    with pytest.raises(SystemExit, match="runs as a task of a Slurm job step"):
+        agent_command([], {"MASTER_PORT": "1"})
 
 
 def test_launch_environment_reaches_every_launcher_command():
