@@ -66,7 +66,8 @@ OPTIONS = (
                                          "generated dataset's, converted once)", Path),
     ("--profile", "profile", "workload preset: auto, study (224 px, 64/GPU) or cpu-small (default auto: study "
                              "with a GPU, cpu-small without)", str),
-    ("--device", "device", "auto, cpu or cuda", str),
+    ("--device", "device", "auto, cpu or cuda (default auto: inside a Slurm allocation, whether the job's nodes "
+                           "have GPUs; else this machine)", str),
     ("--image-size", "image_size", "image side in pixels (overrides the profile)", int),
     ("--batch-size", "batch_size", "images per rank per step (overrides the profile)", int),
     ("--steps", "steps", "timed steps per cell (overrides the profile)", int),
@@ -161,7 +162,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             continue
         params = []
         for cell in cells():
-            reason = suite.skip_reason(cell)
+            try:
+                reason = suite.skip_reason(cell)
+            except SuiteError as error:  # whether the allocation has GPUs could not be asked
+                raise pytest.UsageError(str(error)) from None
             marks = [pytest.mark.skip(reason=reason)] if reason else []
             params.append(pytest.param(cell, id=cell.id, marks=marks))
         metafunc.parametrize(fixture, params)

@@ -1,9 +1,13 @@
 """Real cells through each real launcher: one process per rank, records from every rank."""
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
 from harness.config.cells import Cell
+from harness.launch.launchers import LAUNCHERS, with_harness_importable
 from harness.launch.procs import processes_with_token
 from harness.launch.runner import run_cell
 from harness.rank.frameworks import FRAMEWORKS
@@ -31,6 +35,7 @@ def test_ddp_cell_runs_on_every_rank(launcher, loader, ranks, tmp_path, tiny_dat
         assert record["images"] == TINY.steps * TINY.batch_size
         assert len(record["step_times"]) == TINY.steps and all(t > 0 for t in record["step_times"])
         assert all(math.isfinite(loss) for loss in record["losses"])
+        assert record["node"]["cores"] >= 1 and record["node"]["cpu_id"]  # the rank's own node, for the fingerprint
     if loader == "native":
         assert run.records[0]["loader_settings"]["images"] == 80
     assert processes_with_token(run.token) == []
@@ -66,3 +71,18 @@ def test_every_framework_and_loader_trains_on_every_rank(framework, launcher, lo
     if loader.startswith("dali"):
         assert run.records[0]["loader_settings"]["reader"] == ("tfrecord" if loader.endswith("tfrecord") else "folder")
     assert processes_with_token(run.token) == []
+
+
+def test_inside_an_allocation_whether_cells_use_gpus_is_asked_of_a_job_step():
+    """``--device auto`` after salloc: the allocation's variables say no GPU, so a one-task probe
+    step asks torch on the job's node (here the local cluster's, which has none)."""
+    reason = LAUNCHERS.create("srun").unavailable_reason()
+    if reason:
+        pytest.skip(f"srun: {reason}")
+    probe = ("from harness.session.preflight import uses_gpus; from harness.launch.launchers import gpus_a_job_step_sees; "
+             "from harness.machine.allocation import from_env; import os; "
+             "print(gpus_a_job_step_sees(from_env(os.environ)), uses_gpus('auto'))")
+    done = subprocess.run(["salloc", "--quiet", "--ntasks=1", sys.executable, "-c", probe], capture_output=True,
+                          text=True, timeout=300, env=with_harness_importable(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == ["0", "False"]

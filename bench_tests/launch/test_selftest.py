@@ -10,7 +10,7 @@ About 35 minutes on a 2-core machine, so it runs only when asked for:
 machinery on a tiny cell, with no claim on power, runs with the other launch tests."""
 import pytest
 
-from harness.judging.fingerprint import cpu_identity
+from harness.machine.node import cpu_identity
 from harness.tasks.selftest import UNCHANGED, SelftestConfig, format_report, parse_regression, run_selftest
 
 from ..workloads import TINY

@@ -11,10 +11,11 @@ reader but never make a baseline stale: the same hardware under another name mea
 A hardware fact that a baseline predates (recorded before dlscale read it) is unknown there, not a
 difference.
 
-Versions the ranks ran with come from their records (``versions``, see
-:func:`harness.machine.provenance.package_versions`), so they describe the job rather than the pytest
-process. What the ranks do not report (MPI library, CUDA, NCCL, driver, CPU and GPU model) is
-read once in the pytest process, on the node that launches the job.
+Versions the ranks ran with and the hardware of their nodes come from their records (``versions``,
+:func:`harness.machine.provenance.package_versions`; ``node``, :func:`harness.machine.node.node_facts`:
+CPU, cores, memory, GPU, CUDA, NCCL, driver), so they describe the job's nodes rather than the
+node the pytest process runs on, which after ``salloc`` may be a login node. The MPI library is
+read in the pytest process: it is the ``mpirun`` that launches the job.
 
 Only what the cell uses is part of its stack: what its framework's and loader's registry entries
 name (:attr:`harness.common.registry.Entry.stack`: DeepSpeed, Horovod, DALI), MPI when the ranks were
@@ -28,23 +29,21 @@ import dataclasses
 import functools
 import hashlib
 import json
-import os
 import re
 import shutil
 import sys
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness.config.cells import measured_config, scaling_cell
+from harness.common.commands import command_output
 from harness.config.cells import config_hash as cell_config_hash
-from harness.machine.provenance import command_output, cpu_model, version_text
+from harness.config.cells import measured_config, scaling_cell
+from harness.machine.node import node_facts
+from harness.machine.provenance import version_text
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
 
 NOT_STALE = frozenset({"hardware.hosts"})
 """Fingerprint fields reported but never making a baseline stale."""
-ISA_EXTENSIONS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
-"""CPU flags that choose torch's and oneDNN's kernels: a machine without one runs other code."""
 ABSENT = "(none)"
 
 
@@ -62,7 +61,7 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
     """
     cell = scaling_cell(cell_id)
     gpu = any(str(r.get("device", "")).startswith("cuda") for r in records)
-    local = _local_facts(gpu)
+    nodes = _nodes_facts(records, gpu)
     config = measured_config(workload, cell)
     if config_hash is None:
         if cell is None:
@@ -79,19 +78,19 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
         for fact, distribution in backend.stack.items():
             stack[fact] = _agreed(_version(v, distribution) for v in versions)
     if any(backend.uses_mpi for backend in backends) or any(r.get("source") == "openmpi" for r in records):
-        stack["mpi"] = local.get("mpi")
+        stack["mpi"] = mpi_library_version()
         stack["mpi4py"] = _agreed(v.get("mpi4py") for v in versions)
     if gpu:
         for key in ("cuda", "nccl", "driver"):
-            stack[key] = local.get(key)
+            stack[key] = nodes.get(key)
 
     hosts = sorted({str(r["host"]) for r in records if r.get("host")})
     hardware: dict[str, Any] = {
-        "cpu": local["cpu"],
-        "cpu_id": local.get("cpu_id"),
-        "isa": local.get("isa"),
-        "memory_gib": local.get("memory_gib"),
-        "cores": local["cores"],
+        "cpu": nodes.get("cpu"),
+        "cpu_id": nodes.get("cpu_id"),
+        "isa": nodes.get("isa"),
+        "memory_gib": nodes.get("memory_gib"),
+        "cores": nodes.get("cores"),
         "nodes": len(hosts),
         "hosts": ", ".join(hosts),
         "ranks": len(records),
@@ -100,8 +99,8 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
         "cores_per_rank": _agreed(len(r["cores"]) if r.get("cores") else None for r in records),
     }
     if gpu:
-        hardware["gpu"] = local.get("gpu")
-        hardware["gpus_per_node"] = local.get("gpus_per_node")
+        hardware["gpu"] = nodes.get("gpu")
+        hardware["gpus_per_node"] = nodes.get("gpus_per_node")
     return {"stack": _drop_none(stack), "hardware": _drop_none(hardware), "config_hash": config_hash,
             "config": config}
 
@@ -141,50 +140,15 @@ def fingerprint_hash(fp: Mapping) -> str:
     return hashlib.sha256(json.dumps(stale_relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-# --- facts of the launching node, read once per process ----------------------------------------------
+# --- facts of the nodes: the ranks', and the launching node's MPI ------------------------------------
 
-@functools.lru_cache(maxsize=2)
-def _local_facts(gpu: bool) -> dict[str, Any]:
-    facts: dict[str, Any] = {"cpu": cpu_model(), "cores": os.cpu_count(), "mpi": mpi_library_version(),
-                             **cpu_identity(), "memory_gib": memory_gib()}
-    if gpu:
-        facts.update(_cuda_facts())
-    return facts
-
-
-def cpu_identity(cpuinfo: str | None = None) -> dict[str, str]:
-    """``cpu_id`` (``"AuthenticAMD family 25 model 17 stepping 1"``) and ``isa`` (the
-    :data:`ISA_EXTENSIONS` the CPU has, or ``"none of ..."``) from ``/proc/cpuinfo``; empty where
-    it cannot be read (not Linux)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return {}
-    first = cpuinfo.split("\n\n", 1)[0]
-    fields = dict((key.strip(), value.strip()) for key, _, value in
-                  (line.partition(":") for line in first.splitlines()) if key.strip())
-    identity: dict[str, str] = {}
-    numbers = [f"{name} {fields[key]}" for name, key in (("family", "cpu family"), ("model", "model"),
-                                                          ("stepping", "stepping")) if key in fields]
-    if "vendor_id" in fields or numbers:
-        identity["cpu_id"] = " ".join([fields.get("vendor_id", "unknown vendor"), *numbers])
-    if "flags" in fields:
-        flags = set(fields["flags"].split())
-        present = [flag for flag in ISA_EXTENSIONS if flag in flags]
-        identity["isa"] = " ".join(present) or f"none of {' '.join(ISA_EXTENSIONS)}"
-    return identity
-
-
-def memory_gib() -> int | None:
-    """The node's memory in whole GiB (``MemTotal``); None where it cannot be read."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 2**20)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+def _nodes_facts(records: list[dict], gpu: bool) -> dict[str, Any]:
+    """The hardware the ranks reported of their own nodes (``node`` in their records), agreed over
+    them; the launching node's for records that carry none."""
+    reported = [r["node"] for r in records if r.get("node")]
+    if not reported:
+        return node_facts(gpu)
+    return {key: _agreed(facts.get(key) for facts in reported) for key in dict.fromkeys(k for f in reported for k in f)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -203,32 +167,6 @@ def mpi_library_version() -> str | None:
         return None
     match = re.search(r"Open MPI v(\S+?),", text)
     return f"Open MPI {match.group(1)}" if match else text.splitlines()[0].strip()
-
-
-def _cuda_facts() -> dict[str, Any]:
-    facts: dict[str, Any] = {}
-    try:
-        import torch
-    except ImportError:
-        return facts
-    facts["cuda"] = torch.version.cuda
-    try:
-        nccl = torch.cuda.nccl.version()
-        facts["nccl"] = ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
-    except (AttributeError, RuntimeError):
-        pass
-    if torch.cuda.is_available():
-        facts["gpu"] = torch.cuda.get_device_name(0)
-        facts["gpus_per_node"] = torch.cuda.device_count()
-    facts["driver"] = _nvidia_driver()
-    return facts
-
-
-def _nvidia_driver() -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    text = command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-    return text.splitlines()[0].strip() if text else None
 
 
 # --- helpers -------------------------------------------------------------------------------------------

@@ -145,6 +145,26 @@ def sweep_allocation_nodes(request: LaunchRequest, job: allocation.Allocation | 
     return by_node
 
 
+def gpus_a_job_step_sees(job: allocation.Allocation, python: str = sys.executable, timeout_s: float = 120) -> int:
+    """The GPUs torch sees in a one-task job step of ``job``: where the ranks will run, which after
+    ``salloc`` on a login node is not where this process runs. ``RuntimeError`` with srun's words
+    where the step could not say."""
+    version = installed_slurm_version()
+    overlap = ["--overlap"] if version is None or version >= (20, 11) else []
+    command = ["srun", *overlap, "--nodes=1", "--ntasks=1", "--job-name=dlscale-gpu-probe", python, "-c",
+               "import torch; print(torch.cuda.device_count())"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        raise RuntimeError("srun is not on PATH") from None
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"the probe step did not answer in {timeout_s:.0f} s") from None
+    last = done.stdout.strip().splitlines()[-1:] or [""]
+    if done.returncode != 0 or not last[0].isdigit():
+        raise RuntimeError(f"the probe step failed: {(done.stderr or done.stdout).strip()[-500:]}")
+    return int(last[0])
+
+
 def _job_steps_named(job_id: str, name: str) -> list[str]:
     """The ids (``JOB.STEP``) of the job's steps called ``name``."""
     listed = subprocess.run(["squeue", "--noheader", "--steps", f"--jobs={job_id}", "--format=%i %j"],

@@ -9,6 +9,9 @@ import socket
 import subprocess
 from pathlib import Path
 
+from harness.common.commands import command_output
+from harness.machine.node import cpu_model
+
 BASE_PACKAGES = ("torch", "torchvision", "numpy", "mpi4py")
 """What every cell runs on; each framework and loader names its own (:attr:`harness.common.registry.Entry.stack`)."""
 
@@ -47,31 +50,11 @@ def git_commit(repo: Path) -> str | None:
     return out.stdout.strip() or None
 
 
-def command_output(command: list[str], timeout: float = 20) -> str | None:
-    """What ``command`` printed (its standard output, else its error output) when it succeeded."""
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    text = (out.stdout or out.stderr).strip()
-    return text if out.returncode == 0 and text else None
-
-
 @functools.lru_cache(maxsize=8)
 def version_text(executable: str) -> str | None:
     """``EXECUTABLE --version`` as it printed it, asked once per process (the launcher's check and
     the fingerprint both read ``mpirun``'s)."""
     return command_output([executable, "--version"])
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def provenance(repo: Path) -> dict:

@@ -96,6 +96,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     from harness.config.cells import Cell
     from harness.judging.yardstick import run_yardstick
     from harness.machine.binding import bind, bind_near_gpu
+    from harness.machine.node import node_facts
     from harness.machine.provenance import package_versions
     from harness.rank.faults import with_fault, with_fault_batches
     from harness.rank.loaders import LOADERS
@@ -156,6 +157,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
         "framework_settings": framework_settings,
         "loader_settings": loader.settings(),
         "versions": package_versions(),
+        "node": node_facts(device.type == "cuda"),
         **samples,
         **({"yardstick": yardstick} if yardstick is not None else {}),
     }
@@ -165,6 +167,7 @@ def run_accuracy_task(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     """The accuracy task (harness.tasks.accuracy) under the cell's framework, on this rank."""
     import torch
 
+    from harness.machine.node import node_facts
     from harness.tasks.accuracy import run_accuracy
 
     cell, settings = spec.cell, spec.options.accuracy
@@ -177,7 +180,8 @@ def run_accuracy_task(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
                                base_lr=settings["base_lr"], reference_batch=settings["reference_batch"],
                                warmup_epochs=settings["warmup_epochs"], label_smoothing=settings["label_smoothing"],
                                seed=settings["seed"], progress=progress)
-    return {**dataclasses.asdict(rank), "host": socket.gethostname(), "pid": os.getpid(), **outcome}
+    return {**dataclasses.asdict(rank), "host": socket.gethostname(), "pid": os.getpid(),
+            "node": node_facts(device.type == "cuda"), **outcome}
 
 
 def main(argv: list[str]) -> int:

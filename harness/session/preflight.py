@@ -7,14 +7,14 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from harness.config.cells import (DEFAULT_MATRIX, AccuracyCell, Cell, Matrix, check_name, parse_cell_id, parse_names,
                                   parse_ranks)
 from harness.config.options import SuiteError, SuiteOptions
 from harness.data.dataset import DatasetError, ensure, validate_image_folder
 from harness.data.tfrecord import TFRecordError, convert, open_tfrecord_set
-from harness.launch.launchers import LAUNCHERS, Launcher
+from harness.launch.launchers import LAUNCHERS, Launcher, gpus_a_job_step_sees
 from harness.machine import allocation
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
@@ -65,14 +65,27 @@ def usable_launcher(name: str, environment: dict, partition: str | None = None) 
     return launcher
 
 
-def uses_gpus(device: str) -> bool:
+def uses_gpus(device: str, env: Mapping[str, str] = os.environ) -> bool:
+    """Whether the cells run on GPUs. ``--device cpu`` or ``cuda`` says; ``auto`` asks where the
+    ranks will run: inside a Slurm allocation the allocation (its GPU variables, else a one-task
+    probe job step: after ``salloc`` on a login node this process's own node is not the job's),
+    elsewhere this machine."""
     if device == "cpu":
         return False
     if device == "cuda":
         return True
-    import torch
+    job = allocation.from_env(env)
+    if job is None:
+        import torch
 
-    return torch.cuda.is_available()
+        return torch.cuda.is_available()
+    if job.gpus_per_node:
+        return True
+    try:
+        return gpus_a_job_step_sees(job) > 0
+    except RuntimeError as error:
+        raise SuiteError(f"--device auto: whether the Slurm allocation {job.job_id} has GPUs could not be asked "
+                         f"({error}); say it with --device cpu or --device cuda") from None
 
 
 def check_rank_counts(options: SuiteOptions, ranks: Iterable[int], capacity: int, where: str) -> None:

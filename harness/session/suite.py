@@ -78,7 +78,7 @@ class Suite:
         frameworks = self.matrix.frameworks if self.options.frameworks else ("ddp",)
         return [c for c in accuracy_cells(frameworks) if c.ranks in self.matrix.ranks or not self.options.gpus]
 
-    @property
+    @functools.cached_property
     def uses_gpus(self) -> bool:
         return preflight.uses_gpus(self.options.device)
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from harness.config.cells import Cell, parse_cell_id
-from harness.judging.fingerprint import cpu_identity
+from harness.machine.node import cpu_identity
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import Reference
 from harness.report.tables import format_table
@@ -86,7 +86,7 @@ UNCHANGED = Regression(name="unchanged")
 
 def compute_regression(isa_flags: str) -> Regression:
     """torch's ATen kernels without the vector instructions the machine (``isa_flags``, as
-    :func:`harness.judging.fingerprint.cpu_identity` reads them) has."""
+    :func:`harness.machine.node.cpu_identity` reads them) has."""
     flags = set() if isa_flags.startswith("none of") else set(isa_flags.split())
     if flags & set(VECTOR_ISA):
         return Regression(name="compute: ATen kernels without vector instructions",

@@ -8,12 +8,11 @@ import pytest
 
 from harness.config.cells import Cell, config_hash, scaling_cell
 from harness.judging import fingerprint as fp_module
-from harness.judging.fingerprint import (cpu_identity, fingerprint, fingerprint_hash, stack_changes,
-                                         stale_differences)
+from harness.judging.fingerprint import fingerprint, fingerprint_hash, stack_changes, stale_differences
 from harness.rank.workload import Workload
 
 WORKLOAD = dataclasses.asdict(Workload(image_size=64, batch_size=16, data_dir="/data/a"))
-REAL_LOCAL_FACTS = fp_module._local_facts
+REAL_MPI_LIBRARY = fp_module.mpi_library_version
 VERSIONS = {"python": "3.11.7", "torch": "2.14.1", "torchvision": "0.29.1", "numpy": "2.1.0",
             "deepspeed": "0.19.8", "horovod": "0.28.1", "nvidia-dali-cuda130": "2.4.0", "mpi4py": "4.1.2"}
 
@@ -27,12 +26,12 @@ def records(hosts=("node1", "node1"), device="cpu", source="torchrun", **version
 def fixed_local_facts(monkeypatch):
     """The launching node's facts, fixed: the tests must not depend on this machine."""
     cpu = {"cpu": "Xeon 8480", "cpu_id": "GenuineIntel family 6 model 143 stepping 8",
-           "isa": "avx2 avx512f avx512_bf16 amx_tile amx_bf16", "memory_gib": 1024, "cores": 112,
-           "mpi": "Open MPI 4.1.6"}
+           "isa": "avx2 avx512f avx512_bf16 amx_tile amx_bf16", "memory_gib": 1024, "cores": 112}
     facts = {False: cpu,
              True: {**cpu, "cuda": "13.0", "nccl": "2.27.3", "driver": "580.65", "gpu": "NVIDIA H100 80GB HBM3",
                     "gpus_per_node": 8}}
-    monkeypatch.setattr(fp_module, "_local_facts", lambda gpu: facts[gpu])
+    monkeypatch.setattr(fp_module, "node_facts", lambda gpu: facts[gpu])
+    monkeypatch.setattr(fp_module, "mpi_library_version", lambda: "Open MPI 4.1.6")
 
 
 def test_stack_hardware_and_config_of_a_cpu_ddp_cell():
@@ -135,11 +134,28 @@ def test_cell_ids_parse_and_other_ids_need_a_config_hash():
     assert fingerprint(records(), WORKLOAD, "accuracy-ddp-step-b32-g1", config_hash="abc")["config_hash"] == "abc"
 
 
-def test_local_facts_of_this_machine_are_read_once():
-    facts = REAL_LOCAL_FACTS(False)
-    assert facts["cores"] >= 1 and facts["cpu"]
-    assert facts["mpi"] is None or isinstance(facts["mpi"], str)
-    assert REAL_LOCAL_FACTS(False) is facts
+def test_the_mpi_library_is_read_once_from_the_launching_node():
+    mpi = REAL_MPI_LIBRARY()
+    assert mpi is None or isinstance(mpi, str)
+    assert REAL_MPI_LIBRARY() is mpi
+
+
+def test_the_hardware_is_the_nodes_the_ranks_reported_not_the_launching_nodes():
+    """After salloc on a login node the pytest process runs there; the ranks say where they ran."""
+    login_node_facts = fingerprint(records(), WORKLOAD, "ddp-synthetic-resnet50-g2")["hardware"]
+    node = {"cpu": "AMD EPYC 7742", "cpu_id": "AuthenticAMD family 23 model 49 stepping 0", "isa": "avx2",
+            "memory_gib": 512, "cores": 128}
+    ranks = [dict(r, node=dict(node, memory_gib=memory)) for r, memory in zip(records(("n1", "n2")), (512, 256))]
+    hardware = fingerprint(ranks, WORKLOAD, "ddp-synthetic-resnet50-g2")["hardware"]
+    assert login_node_facts["cpu"] == "Xeon 8480" and hardware["cpu"] == "AMD EPYC 7742"
+    assert (hardware["cores"], hardware["isa"], hardware["nodes"]) == (128, "avx2", 2)
+    assert hardware["memory_gib"] == "256 / 512"  # nodes that differ show both, itself a difference
+    gpu_ranks = [dict(r, node=dict(node, gpu="NVIDIA A100-SXM4-40GB", gpus_per_node=4, cuda="12.1", nccl="2.18.1",
+                                   driver="535.104"))
+                 for r in records(("n1",), device="cuda:0")]
+    gpu = fingerprint(gpu_ranks, WORKLOAD, "ddp-synthetic-resnet50-g1")
+    assert (gpu["hardware"]["gpu"], gpu["hardware"]["gpus_per_node"]) == ("NVIDIA A100-SXM4-40GB", 4)
+    assert (gpu["stack"]["cuda"], gpu["stack"]["driver"]) == ("12.1", "535.104")
 
 
 def test_same_cpu_name_other_silicon_is_stale_and_says_which_fact():
@@ -160,11 +176,3 @@ def test_a_hardware_fact_the_baseline_predates_is_unknown_not_a_difference():
     assert stale_differences(older, current) == []
 
 
-def test_cpu_identity_from_cpuinfo():
-    cpuinfo = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
-               "model name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu sse avx avx2 avx512f avx512_bf16 vaes\n\n"
-               "processor\t: 1\nvendor_id\t: AuthenticAMD\n")
-    assert cpu_identity(cpuinfo) == {"cpu_id": "AuthenticAMD family 25 model 17 stepping 1",
-                                     "isa": "avx2 avx512f avx512_bf16"}
-    assert cpu_identity("vendor_id : ARM\nflags : fp asimd\n")["isa"].startswith("none of avx2")
-    assert cpu_identity("") == {}

@@ -70,3 +70,36 @@ def test_more_cores_per_rank_than_the_node_holds_is_an_error(monkeypatch):
     with pytest.raises(SuiteError, match=r"--cores-per-rank 3: the largest cell puts 2 rank\(s\) on a node of 4 "
                                          r"core\(s\), which holds at most 2 per rank"):
         suite._cores_per_rank()
+
+
+ALLOCATION = {"SLURM_JOB_ID": "118", "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "vm"}
+
+
+@pytest.mark.parametrize("device, env, step_sees, gpus", [
+    ("cpu", dict(ALLOCATION, SLURM_GPUS_ON_NODE="4"), None, False),   # said outright
+    ("cuda", {}, None, True),
+    ("auto", dict(ALLOCATION, SLURM_GPUS_ON_NODE="4"), None, True),   # the allocation's variables say
+    ("auto", ALLOCATION, 0, False),                                   # they do not: the probe step answers
+    ("auto", ALLOCATION, 8, True),
+])
+def test_whether_cells_use_gpus_is_decided_where_the_ranks_run(monkeypatch, device, env, step_sees, gpus):
+    from harness.session import preflight
+
+    def probe(job):
+        assert step_sees is not None, "no probe step expected"
+        return step_sees
+
+    monkeypatch.setattr(preflight, "gpus_a_job_step_sees", probe)
+    assert preflight.uses_gpus(device, env) is gpus
+
+
+def test_an_allocation_that_cannot_be_asked_about_gpus_is_a_usage_error(monkeypatch):
+    from harness.session import preflight
+
+    def probe(job):
+        raise RuntimeError("the probe step failed: srun: error: Unable to create step")
+
+    monkeypatch.setattr(preflight, "gpus_a_job_step_sees", probe)
+    with pytest.raises(SuiteError, match=r"allocation 118 has GPUs could not be asked \(the probe step failed: "
+                                         r"srun: error: Unable to create step\); say it with --device cpu"):
+        preflight.uses_gpus("auto", ALLOCATION)
