@@ -50,6 +50,13 @@ fi
 if [[ -f "$conf" ]] && ! ours; then
     fail "$conf was not written by dlscale and no usable cluster answers with it; start that cluster, or remove the file (or point SLURM_CONF elsewhere) to let this script set up a local one"
 fi
+# A Slurm daemon this script did not start belongs to someone's cluster, answering or not: nothing
+# here is set up beside it, written over its files or signalled.
+for daemon in slurmctld slurmd; do
+    if alive "$daemon" && [[ -z "$(our_pid "$daemon")" ]]; then
+        fail "a $daemon this script did not start is running (pid $(pgrep -d, -x "$daemon")) and no usable cluster answers; start or repair that cluster, stop it yourself, or set DLSCALE_NO_LOCAL_SLURM=1 to use no local cluster"
+    fi
+done
 [[ $EUID -eq 0 ]] || fail "setting up the local cluster needs root"
 export SLURM_CONF="$conf"
 for cmd in munged munge slurmctld slurmd sinfo srun scontrol; do
@@ -95,9 +102,8 @@ fi
 # controller rejects the restarted job ids as replayed credentials.
 if ! alive slurmctld || ! alive slurmd; then
     for daemon in slurmd slurmctld; do
-        alive "$daemon" || continue
-        pid="$(our_pid "$daemon")"
-        [[ -n "$pid" ]] || fail "a $daemon this script did not start is running (pid $(pgrep -d, -x "$daemon")) while the cluster of $conf does not answer; stop it yourself, or set DLSCALE_NO_LOCAL_SLURM=1 to use no local cluster"
+        pid="$(our_pid "$daemon")"  # any live one is ours (checked above)
+        [[ -n "$pid" ]] || continue
         log "stopping the $daemon (pid $pid) this script started, left without its partner"
         kill -TERM "$pid" 2>/dev/null || true
         for _ in $(seq 100); do [[ -n "$(our_pid "$daemon")" ]] || break; sleep 0.1; done
