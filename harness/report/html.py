@@ -22,6 +22,8 @@ from harness.common.jsonio import finite_number
 from harness.judging.breakdown import PARTS, BreakdownUnavailable, breakdown_rows, cell_breakdown
 from harness.report.collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes,
                                         load_collectives, lower_bound_rows, parameter_count, peak_busbw)
+from harness.report import scaling_model, scaling_validation
+from harness.report.network import collectives_link
 from harness.report.plots import estimate, plot_history, write_all
 from harness.report.projection import projection_rows, reference_rows, time_to_train_s
 from harness.store.history import read as read_history
@@ -204,6 +206,42 @@ def _published_section(published: Mapping | None) -> str:
             + _table(rows) + (f"<ul class='note'>{notes}</ul>" if notes else ""))
 
 
+def _scaling_model_section(published: Mapping | None, collectives: Mapping | None, cells: Sequence[Mapping],
+                           workload: Mapping | None) -> str:
+    """The scaling model: its validation against the study, and with a collective benchmark each
+    cell's predicted E_G with this machine's all-reduce as every link."""
+    parts = ["<h2>Scaling model</h2><p class='note'>A step-time model (harness.report.scaling_model): compute, "
+             "data, the all-reduce over the slowest link the GPUs span and the wait for the slowest GPU; "
+             "python -m harness.report.scaling_model predicts a cell with your network's nccl-tests or OSU "
+             "timings.</p>"]
+    if published is not None:
+        fitted = scaling_validation.fit(published)
+        checks = scaling_validation.validate(published, fitted)
+        parts += ["<h3>Against the study</h3><p class='note'>Fitted on the study's one-node runtimes and its "
+                  "network's published speeds, plus one published point each for the step jitter "
+                  f"({fitted.jitter_share:.1%} of the step) and the file system the native loader reads "
+                  f"({fitted.images_per_s:,.0f} images/s): {html.escape(scaling_validation.summary(checks))}.</p>",
+                  _table(scaling_validation.validation_rows(checks))]
+    if collectives is not None and workload and workload.get("batch_size"):
+        link = collectives_link(collectives)
+        columns = (8, 64, 256, 1024)
+        rows = [["cell", *(f"E_G at {g}" for g in columns)]]
+        for cell in cells:
+            try:
+                model = scaling_model.model_of_records(cell["cell"], cell.get("records") or [],
+                                                       batch_per_gpu=int(workload["batch_size"]),
+                                                       num_classes=int(workload.get("num_classes") or 1000))
+            except (ValueError, KeyError):
+                continue
+            network = scaling_model.Network(intra=link, inter=link, gpus_per_node=max(1, model.reference_gpus))
+            predictions = scaling_model.predict(model, network, columns, base_gpus=1)
+            rows.append([cell["cell"], *(f"{p.efficiency:.2f} [{p.efficiency_range[0]:.2f}, "
+                                         f"{p.efficiency_range[1]:.2f}]" for p in predictions)])
+        parts += [f"<h3>This machine's cells</h3><p class='note'>Every link as this machine's all-reduce "
+                  f"({html.escape(link.describe())}), relative to one rank.</p>", _table(rows)]
+    return "".join(parts)
+
+
 def _provenance_section(results: Mapping) -> str:
     provenance = results.get("provenance") or {}
     workload = results.get("workload") or {}
@@ -250,6 +288,7 @@ def write_report(results: Path | Mapping, out_dir: Path, *, collectives: Path | 
         _communication_section(collectives, cells, results.get("workload")),
         _projection_section(cells),
         _published_section(published),
+        _scaling_model_section(published, collectives, cells, results.get("workload")),
         _provenance_section(results),
     ]
     index = out_dir / "index.html"
