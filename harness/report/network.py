@@ -97,10 +97,10 @@ def read_link(path: Path | str, ranks: int | None = None) -> Link:
     if "OSU" in text and "Allreduce" in text:
         if ranks is None:
             raise ValueError(f"{path}: OSU output does not say how many ranks ran; give the count")
-        return fit_link(_osu_points(text), ranks, f"{path.name}: osu_allreduce")
+        return fit_link(_timings(text, 1), ranks, f"{path.name}: osu_allreduce")
     if "all_reduce_perf" in text or re.search(r"^#\s+size\s+count", text, re.MULTILINE):
         found = len(re.findall(r"^#\s+Rank\s+\d+", text, re.MULTILINE))
-        return fit_link(_nccl_points(text), ranks or found, f"{path.name}: nccl-tests all_reduce_perf")
+        return fit_link(_timings(text, 5), ranks or found, f"{path.name}: nccl-tests all_reduce_perf")
     raise ValueError(f"{path}: not dlscale collectives JSON, nccl-tests all_reduce_perf or osu_allreduce output")
 
 
@@ -110,20 +110,12 @@ def collectives_link(data: Mapping, ranks: int | None = None, *, name: str = "co
     return fit_link(points, ranks or int(data["ranks"]), f"{name}: dlscale collectives, {data.get('backend', '?')}")
 
 
-def _nccl_points(text: str) -> list[tuple[float, float]]:
-    """(bytes, seconds) from nccl-tests rows: size count type redop root time algbw busbw #wrong ..."""
+def _timings(text: str, time_column: int) -> list[tuple[float, float]]:
+    """(bytes, seconds) from a tool's table rows: the size first, the time in microseconds in
+    ``time_column`` (nccl-tests: size count type redop root time ...; OSU: size latency)."""
     points = []
     for line in text.splitlines():
         columns = line.split()
-        if len(columns) >= 8 and not line.lstrip().startswith("#") and columns[0].isdigit():
-            points.append((float(columns[0]), float(columns[5]) * 1e-6))
-    return points
-
-
-def _osu_points(text: str) -> list[tuple[float, float]]:
-    points = []
-    for line in text.splitlines():
-        columns = line.split()
-        if len(columns) >= 2 and not line.lstrip().startswith("#") and columns[0].isdigit():
-            points.append((float(columns[0]), float(columns[1]) * 1e-6))
+        if len(columns) > time_column and not line.lstrip().startswith("#") and columns[0].isdigit():
+            points.append((float(columns[0]), float(columns[time_column]) * 1e-6))
     return points
