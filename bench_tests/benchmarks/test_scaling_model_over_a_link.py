@@ -2,7 +2,7 @@
 2-rank DDP ResNet50 cell split over the two namespace hosts (bench_tests/launch/test_two_hosts.py),
 their link limited by ``tc`` (a token bucket on each end) to each rate in RATES_MBIT.
 
-    DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_scaling_model.py -s
+    DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_scaling_model_over_a_link.py -s
 
 The model is calibrated once, on the run at FIT_RATE_MBIT (its breakdown: compute, data,
 optimizer, the communication backward did not hide, the step jitter; the link at the rate tc
