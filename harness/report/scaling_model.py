@@ -148,7 +148,7 @@ def step_s(cell: CellModel, network: Network, gpus: int, assumptions: Assumption
 
 def corners(cell: CellModel, network: Network) -> tuple[Assumptions, Assumptions, Assumptions]:
     """(most likely, worst, best) assumptions: the links' fitted values and interval ends, and the
-    measured overlap, or none and full overlap of backward when it was not measured."""
+    measured overlap; where it was not measured, half, none and all of backward."""
     measured = hidden_at_reference(cell, network)
     worst_hidden = 0.0 if measured is None else measured
     best_hidden = BACKWARD_SHARE * cell.compute_s if measured is None else measured
