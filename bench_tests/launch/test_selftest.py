@@ -41,7 +41,10 @@ def test_the_self_test_runs_end_to_end_in_small(tmp_path):
     config = SelftestConfig(repeats=1, baseline_runs=2, regressions=(slow,), neighbour_runs=1, neighbour=(0.0, 3.0),
                             workdir=tmp_path, suite_options={
                                 "image_size": TINY.image_size, "batch_size": TINY.batch_size, "steps": 10,
-                                "warmup_steps": TINY.warmup_steps, "measure_budget": 0.0})
+                                "warmup_steps": TINY.warmup_steps, "measure_budget": 0.0,
+                                # two 10-step launches make no precise baseline (a CI run measured
+                                # +-10.6% against the default widest +-10%); this test is about the flow
+                                "widest_baseline": float("inf")})
     report = run_selftest(config)
     assert report.reference.value > 0 and len(report.baseline) == 2
     assert [(row.regression.name, row.neighbour, row.runs, row.counts["other"]) for row in report.rows()] == [

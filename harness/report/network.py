@@ -23,9 +23,6 @@ import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import numpy as np
-from scipy import stats
-
 CONFIDENCE = 0.95
 
 
@@ -65,9 +62,9 @@ def fit_link(points: Sequence[tuple[float, float]], ranks: int, source: str) -> 
         raise ValueError(f"{source}: all-reduce timings over {ranks} rank(s) say nothing about a link")
     if len({size for size, _ in points}) < 3:
         raise ValueError(f"{source}: a link needs timings at 3 or more message sizes, got {len(points)}")
-    sizes = np.array([size for size, _ in points], dtype=float)
-    seconds = np.array([time for _, time in points], dtype=float)
-    fit = stats.linregress(sizes, seconds)
+    from scipy import stats  # here, not at import: the pytest plugin loads this module in every session
+
+    fit = stats.linregress([float(size) for size, _ in points], [float(time) for _, time in points])
     t = stats.t.ppf((1 + CONFIDENCE) / 2, len(points) - 2)
     hops = 2 * (ranks - 1)
     bus = hops / ranks  # bytes each rank sends per byte reduced

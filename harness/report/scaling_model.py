@@ -35,8 +35,6 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from scipy import stats
-
 from harness.config.cells import scaling_cell
 from harness.judging.breakdown import cell_breakdown
 from harness.report.collectives import gradient_bytes
@@ -120,7 +118,7 @@ def allreduce_s(nbytes: float, gpus: int, link: Link, *, buckets: int = 1, bandw
 
 def slowest_of(gpus: int) -> float:
     """The expected largest of ``gpus`` standard normal draws (Blom's approximation; 0 for one)."""
-    return float(stats.norm.ppf((gpus - 0.375) / (gpus + 0.25))) if gpus > 1 else 0.0
+    return statistics.NormalDist().inv_cdf((gpus - 0.375) / (gpus + 0.25)) if gpus > 1 else 0.0
 
 
 def hidden_at_reference(cell: CellModel, network: Network) -> float | None:

@@ -82,10 +82,15 @@ def uses_gpus(device: str, env: Mapping[str, str] = os.environ) -> bool:
     if job.gpus_per_node:
         return True
     try:
-        return gpus_a_job_step_sees(job) > 0
+        seen = gpus_a_job_step_sees(job)
     except RuntimeError as error:
         raise SuiteError(f"--device auto: whether the Slurm allocation {job.job_id} has GPUs could not be asked "
                          f"({error}); say it with --device cpu or --device cuda") from None
+    if seen and env is os.environ:
+        # The allocation's variables do not say what the step saw: record it as a site would, so
+        # that the rank capacity and srun's one-rank-per-GPU layout count these GPUs too.
+        os.environ[allocation.GPU_OVERRIDE] = str(seen)
+    return seen > 0
 
 
 def check_rank_counts(options: SuiteOptions, ranks: Iterable[int], capacity: int, where: str) -> None:

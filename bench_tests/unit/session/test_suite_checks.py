@@ -103,3 +103,17 @@ def test_an_allocation_that_cannot_be_asked_about_gpus_is_a_usage_error(monkeypa
     with pytest.raises(SuiteError, match=r"allocation 118 has GPUs could not be asked \(the probe step failed: "
                                          r"srun: error: Unable to create step\); say it with --device cpu"):
         preflight.uses_gpus("auto", ALLOCATION)
+
+
+def test_gpus_only_a_probe_step_saw_count_for_the_capacity_and_the_layout(monkeypatch):
+    from harness.machine import allocation
+    from harness.machine.system import rank_capacity
+    from harness.session import preflight
+
+    for name, value in ALLOCATION.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv(allocation.GPU_OVERRIDE, raising=False)
+    monkeypatch.setattr(preflight, "gpus_a_job_step_sees", lambda job: 4)
+    assert preflight.uses_gpus("auto") is True
+    capacity, words = rank_capacity(True)
+    assert capacity == 2 and f"4 GPU(s) per node from {allocation.GPU_OVERRIDE}=4" in words  # 2 tasks bound it
