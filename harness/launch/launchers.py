@@ -117,11 +117,9 @@ def sweep_allocation_nodes(request: LaunchRequest, job: allocation.Allocation | 
     a cell never passes as clean when it could not be looked at."""
     if job is None or not request.token or not _spans_other_nodes(job) or shutil.which("srun") is None:
         return {}
-    version = installed_slurm_version()
-    overlap = ["--overlap"] if version is None or version >= (20, 11) else []
-    command = ["srun", *overlap, f"--nodes={job.nodes}", f"--ntasks={job.nodes}", "--ntasks-per-node=1",
-               f"--job-name={request.job_name}-sweep", request.python, "-m", "harness.launch.procs", "sweep",
-               request.token]
+    command = ["srun", *allocation.overlapping_step(installed_slurm_version()), f"--nodes={job.nodes}",
+               f"--ntasks={job.nodes}", "--ntasks-per-node=1", f"--job-name={request.job_name}-sweep", request.python,
+               "-m", "harness.launch.procs", "sweep", request.token]
     try:
         done = subprocess.run(command, env=with_harness_importable(os.environ), capture_output=True, text=True,
                               timeout=timeout_s)
@@ -149,9 +147,8 @@ def gpus_a_job_step_sees(job: allocation.Allocation, python: str = sys.executabl
     """The GPUs torch sees in a one-task job step of ``job``: where the ranks will run, which after
     ``salloc`` on a login node is not where this process runs. ``RuntimeError`` with srun's words
     where the step could not say."""
-    version = installed_slurm_version()
-    overlap = ["--overlap"] if version is None or version >= (20, 11) else []
-    command = ["srun", *overlap, "--nodes=1", "--ntasks=1", "--job-name=dlscale-gpu-probe", python, "-c",
+    command = ["srun", *allocation.overlapping_step(installed_slurm_version()), "--nodes=1", "--ntasks=1",
+               "--job-name=dlscale-gpu-probe", python, "-c",
                "import torch; print(torch.cuda.device_count())"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
@@ -299,10 +296,8 @@ class TorchrunLauncher(Launcher):
                 f"--master-addr={request.master_addr or '127.0.0.1'}", f"--master-port={request.master_port}",
                 *agent])
         nodes, per_node = allocation.agents_layout(job, request.ranks)
-        step = [f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"]
-        version = installed_slurm_version()
-        if version is not None and version < (20, 11):
-            step.append("--exclusive")
+        step = [f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+                *allocation.exclusive_steps(installed_slurm_version())]
         # One task per node holds the node's ranks: it needs their cores (Slurm gives a task one
         # by default) and every GPU the job has there (undoing an inherited per-task binding).
         cores = request.cores_per_rank * per_node if request.cores_per_rank else min(job.cpus_per_node, default=0)

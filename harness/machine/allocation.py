@@ -165,13 +165,23 @@ def srun_step_options(allocation: Allocation | None, ranks: int, version: tuple[
     """
     if allocation is None:
         return []
-    options = ["--exclusive"] if version is not None and version < (20, 11) else []
+    options = exclusive_steps(version)
     if allocation.gpus_per_node:
         per_node = allocation.ranks_per_node
         nodes = math.ceil(ranks / per_node)
         if nodes <= allocation.nodes:
             options += [f"--nodes={nodes}", f"--ntasks-per-node={min(ranks, per_node)}", "--gpu-bind=none"]
     return options
+
+
+def exclusive_steps(version: tuple[int, ...] | None) -> list[str]:
+    """``--exclusive`` where Slurm (before 20.11) lets job steps share CPUs by default."""
+    return ["--exclusive"] if version is not None and version < (20, 11) else []
+
+
+def overlapping_step(version: tuple[int, ...] | None) -> list[str]:
+    """``--overlap`` for a short step that must run beside the cell's (Slurm 20.11 on, or unknown)."""
+    return ["--overlap"] if version is None or version >= (20, 11) else []
 
 
 def agents_layout(allocation: Allocation, ranks: int) -> tuple[int, int]:

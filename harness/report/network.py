@@ -23,6 +23,8 @@ import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from harness.report.collectives import bus_factor
+
 CONFIDENCE = 0.95
 
 
@@ -46,7 +48,8 @@ class Link:
     def scaled(self, factor: float) -> "Link":
         """The same link ``factor`` times as fast (a what-if)."""
         low, high = self.bandwidth_range
-        return dataclasses.replace(self, bandwidth=self.bandwidth * factor, bandwidth_range=(low * factor, high * factor),
+        return dataclasses.replace(self, bandwidth=self.bandwidth * factor,
+                                   bandwidth_range=(low * factor, high * factor),
                                    source=f"{self.source}, bandwidth x{factor:g}")
 
     def describe(self) -> str:
@@ -66,8 +69,7 @@ def fit_link(points: Sequence[tuple[float, float]], ranks: int, source: str) -> 
 
     fit = stats.linregress([float(size) for size, _ in points], [float(time) for _, time in points])
     t = stats.t.ppf((1 + CONFIDENCE) / 2, len(points) - 2)
-    hops = 2 * (ranks - 1)
-    bus = hops / ranks  # bytes each rank sends per byte reduced
+    hops, bus = 2 * (ranks - 1), bus_factor(ranks)
 
     def bandwidth(slope: float) -> float:
         return bus / slope if slope > 0 else math.inf

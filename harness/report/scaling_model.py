@@ -37,9 +37,10 @@ from typing import Mapping, Sequence
 
 from harness.config.cells import scaling_cell
 from harness.judging.breakdown import cell_breakdown
-from harness.report.collectives import gradient_bytes
+from harness.report.collectives import bus_factor, gradient_bytes
 from harness.report.network import Link, read_link
 from harness.report.projection import format_duration, time_to_train_s
+from harness.report.tables import format_table
 
 STUDY_GPUS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 BACKWARD_SHARE = 2 / 3
@@ -111,7 +112,7 @@ def allreduce_s(nbytes: float, gpus: int, link: Link, *, buckets: int = 1, bandw
     speed = {"value": link.bandwidth, "low": link.bandwidth_range[0], "high": link.bandwidth_range[1]}[bandwidth]
     alpha = {"value": link.latency_s, "low": link.latency_range[0], "high": link.latency_range[1]}[latency]
     bucket = nbytes / buckets
-    ring = 2 * (gpus - 1) * alpha + 2 * (gpus - 1) / gpus * bucket / speed
+    ring = 2 * (gpus - 1) * alpha + bus_factor(gpus) * bucket / speed
     tree = 2 * math.ceil(math.log2(gpus)) * alpha + 2 * bucket / speed
     return buckets * min(ring, tree)
 
@@ -230,15 +231,9 @@ def prediction_rows(predictions: Sequence[Prediction], *, reference_note: str = 
     return rows
 
 
-def format_rows(rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.report.scaling_model", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.report.scaling_model",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, help="a dlscale results.json")
     parser.add_argument("--cell", required=True, help="the cell to model, e.g. ddp-synthetic-resnet50-g2")
     parser.add_argument("--intra", type=Path, required=True,
@@ -251,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-per-gpu", type=int, help="what if each GPU took this batch")
     parser.add_argument("--bucket-mb", type=float, help="what if gradients were fused in buckets of this size")
     parser.add_argument("--fs-bandwidth-gbps", type=float, help="a shared file system all ranks read from, GB/s")
-    parser.add_argument("--image-kb", type=float, default=110.0, help="bytes read per image, KB (default 110, ImageNet's mean JPEG)")
+    parser.add_argument("--image-kb", type=float, default=110.0,
+                        help="bytes read per image, KB (default 110, ImageNet's mean JPEG)")
     args = parser.parse_args(argv)
     try:
         results = json.loads(args.results.read_text())
@@ -280,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     fs = args.fs_bandwidth_gbps * 1e9 if args.fs_bandwidth_gbps else None
     predictions = predict(cell, network, gpus, fs_bandwidth=fs, image_bytes=args.image_kb * 1e3)
     print(f"E_G relative to one node of {network.gpus_per_node} rank(s), as the study's to one node of 4 GPUs")
-    print(format_rows(prediction_rows(predictions)))
+    print(format_table(prediction_rows(predictions)))
     return 0
 
 

@@ -34,7 +34,8 @@ from typing import Mapping
 from harness.report.collectives import gradient_bytes
 from harness.report.network import Link
 from harness.report.projection import STUDY_RUNTIMES, throughput_for
-from harness.report.scaling_model import CellModel, Network, format_rows, predict
+from harness.report.scaling_model import CellModel, Network, predict
+from harness.report.tables import format_table
 
 PUBLISHED = Path(__file__).resolve().with_name("published-aach2023.json")
 BATCH_PER_GPU = 64
@@ -64,7 +65,8 @@ def study_cell(model: str, framework: str, jitter_share: float = 0.0) -> CellMod
     step = BATCH_PER_GPU * GPUS_PER_NODE / throughput_for(runtime.seconds)
     return CellModel(name=f"{framework}-{model} (study)", reference_gpus=1, batch_per_gpu=BATCH_PER_GPU,
                      compute_s=step, optimizer_s=0.0, data_s=0.0, exposed_s=0.0, jitter_s=jitter_share * step,
-                     gradient_bytes=gradient_bytes(model), bucket_bytes=BUCKET_BYTES.get(framework, BUCKET_BYTES["ddp"]))
+                     gradient_bytes=gradient_bytes(model),
+                     bucket_bytes=BUCKET_BYTES.get(framework, BUCKET_BYTES["ddp"]))
 
 
 def _point(published: Mapping, where: Mapping) -> Mapping:
@@ -163,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fitted: step jitter {fitted.jitter_share:.1%} of the step (to {JITTER_POINT['loader']} at "
           f"{JITTER_POINT['gpus']} GPUs); the shared file system serves {fitted.images_per_s:,.0f} images/s "
           f"(to {FILE_SYSTEM_POINT['loader']} at {FILE_SYSTEM_POINT['gpus']} GPUs)")
-    print(format_rows(validation_rows(checks)))
+    print(format_table(validation_rows(checks)))
     print(summary(checks))
     return 0
 
