@@ -10,7 +10,9 @@ from harness.judging.metrics import CellMetrics
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import Verdict, overall
 from harness.judging.yardstick import Yardstick
+from harness.judging.fingerprint import fingerprint_hash
 from harness.launch.runner import CellRun
+from harness.store.history import make_row
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -77,6 +79,15 @@ class CellResult:
             "orphans_elsewhere": {host: pids for run in self.runs for host, pids in run.orphans_elsewhere.items() if pids},
             "records": self.records or self.run.records,
         }
+
+    def history_row(self, *, run_id: str, git_commit: str | None) -> dict:
+        """The cell's line in the nightly history (:mod:`harness.store.history`)."""
+        return make_row(self.cell.id, run_id=run_id, verdict=self.verdict, throughput=self.throughput,
+                        efficiency=self.efficiency, git_commit=git_commit,
+                        fingerprint=fingerprint_hash(self.fingerprint) if self.fingerprint else None,
+                        launcher=self.run.launcher, ranks=self.cell.ranks, runs=len(self.runs),
+                        yardstick_s=round(self.yardstick.seconds, 6) if self.yardstick else None,
+                        machine_speed=self.machine_speed, cpu_wait_share=self.cpu_wait_share)
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -20,7 +20,6 @@ from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import write_json_atomic
 from harness.config.cells import PROFILES, AccuracyCell, AccuracySettings, Cell, accuracy_cells, config_hash
 from harness.config.options import SuiteError, SuiteOptions, check_settings
-from harness.judging.fingerprint import fingerprint_hash
 from harness.judging.recording import accuracy_entry, baseline_entries
 from harness.judging.verdicts import judge_accuracy, measured_enough
 from harness.launch.launchers import LAUNCHERS, Launcher, default_launcher_name
@@ -37,7 +36,6 @@ from harness.session.evaluation import evaluate
 from harness.session.results import AccuracyResult, CellResult
 from harness.store.baselines import BaselineFile
 from harness.store.history import append as append_history
-from harness.store.history import make_row
 from harness.store.history import read as read_history
 
 __all__ = ["Suite", "SuiteError", "SuiteOptions", "CellResult", "AccuracyResult"]
@@ -64,7 +62,6 @@ class Suite:
             self.launch_environment = launch_environment(options.launch_env, options.launch_env_file, os.environ)
         except ValueError as error:
             raise SuiteError(str(error)) from None
-        self._capacity: tuple[int, str] | None = None
 
     @functools.cached_property
     def launcher_name(self) -> str:
@@ -83,7 +80,7 @@ class Suite:
         return preflight.uses_gpus(self.options.device)
 
     def skip_reason(self, cell: Cell | AccuracyCell) -> str | None:
-        reason = preflight.skip_reason(cell, self.uses_gpus, *self._rank_capacity())
+        reason = preflight.skip_reason(cell, self.uses_gpus, *self._rank_capacity)
         return reason or (self._launcher_as_named.cannot_lay_out(cell.ranks) if self._launcher_as_named else None)
 
     @functools.cached_property
@@ -95,10 +92,9 @@ class Suite:
         except ValueError:
             return None
 
+    @functools.cached_property
     def _rank_capacity(self) -> tuple[int, str]:
-        if self._capacity is None:
-            self._capacity = rank_capacity(self.uses_gpus)
-        return self._capacity
+        return rank_capacity(self.uses_gpus)
 
     def workload(self) -> Workload:
         profile = self.options.profile
@@ -116,7 +112,7 @@ class Suite:
             return
         options = self.options
         if options.gpus:
-            preflight.check_rank_counts(options, self.matrix.ranks, *self._rank_capacity())
+            preflight.check_rank_counts(options, self.matrix.ranks, *self._rank_capacity)
         preflight.check_writable_places(options)
         self.data_dir, self.tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()})
         self.launcher: Launcher = preflight.usable_launcher(self.launcher_name, self.launch_environment,
@@ -130,7 +126,8 @@ class Suite:
         if options.history_dir is not None:
             preflight.check_history(options.history_dir / f"{self.system}.jsonl")
         self._workload = self.workload()
-        self.cores_per_rank = self._cores_per_rank()
+        self.cores_per_rank = preflight.cores_per_rank(options, self.matrix.ranks, self._rank_capacity[0],
+                                                       self.uses_gpus)
         self._provenance = provenance(HARNESS_SOURCE)
         self._environment = capture_environment()
         self.run_id = uuid.uuid4().hex[:12]
@@ -138,9 +135,6 @@ class Suite:
                                                                     ("heartbeat_s", options.hang_timeout))
                                    if value is not None})
         self._prepared = True
-
-    def _cores_per_rank(self) -> int | None:
-        return preflight.cores_per_rank(self.options, self.matrix.ranks, self._rank_capacity()[0], self.uses_gpus)
 
     # -- measuring -------------------------------------------------------------------------------
     def measure(self, cell: Cell, on_progress: Callable[[str], None] | None = None) -> CellResult:
@@ -196,12 +190,7 @@ class Suite:
         """One line per measured cell in ``history/<system>.jsonl``, written as soon as it is known."""
         if self.options.history_dir is None:
             return
-        row = make_row(result.cell.id, run_id=self.run_id, verdict=result.verdict, throughput=result.throughput,
-                       efficiency=result.efficiency, git_commit=self._provenance["git_commit"],
-                       fingerprint=fingerprint_hash(result.fingerprint) if result.fingerprint else None,
-                       launcher=result.run.launcher, ranks=result.cell.ranks, runs=len(result.runs),
-                       yardstick_s=round(result.yardstick.seconds, 6) if result.yardstick else None,
-                       machine_speed=result.machine_speed, cpu_wait_share=result.cpu_wait_share)
+        row = result.history_row(run_id=self.run_id, git_commit=self._provenance["git_commit"])
         append_history(self.options.history_dir / f"{self.system}.jsonl", [row])
 
     def history_rows(self) -> list[dict]:

@@ -4,6 +4,8 @@ import os
 import pytest
 
 from harness.config.options import SuiteError, SuiteOptions, check_settings
+from harness.config.cells import parse_ranks
+from harness.session import preflight
 from harness.session.preflight import unwritable
 
 
@@ -49,27 +51,21 @@ def test_a_relative_directory_is_checked_from_the_working_directory(tmp_path, mo
     ("8", None, None),  # more ranks than cores: they share, unbound
 ])
 def test_cpu_ranks_own_the_same_cores_in_every_cell(monkeypatch, gpus, asked, expected):
-    from harness.session.suite import Suite
-
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.delenv("SLURM_JOBID", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    suite = Suite(SuiteOptions(device="cpu", gpus=gpus, frameworks="ddp", loaders="synthetic", cores_per_rank=asked))
-    suite._capacity = (8, "a test machine")
-    assert suite._cores_per_rank() == expected
+    options = SuiteOptions(device="cpu", gpus=gpus, frameworks="ddp", loaders="synthetic", cores_per_rank=asked)
+    assert preflight.cores_per_rank(options, parse_ranks(gpus), capacity=8, gpus=False) == expected
 
 
 def test_more_cores_per_rank_than_the_node_holds_is_an_error(monkeypatch):
-    from harness.session.suite import Suite
-
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.delenv("SLURM_JOBID", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    suite = Suite(SuiteOptions(device="cpu", gpus="1,2", frameworks="ddp", loaders="synthetic", cores_per_rank=3))
-    suite._capacity = (8, "a test machine")
+    options = SuiteOptions(device="cpu", gpus="1,2", frameworks="ddp", loaders="synthetic", cores_per_rank=3)
     with pytest.raises(SuiteError, match=r"--cores-per-rank 3: the largest cell puts 2 rank\(s\) on a node of 4 "
                                          r"core\(s\), which holds at most 2 per rank"):
-        suite._cores_per_rank()
+        preflight.cores_per_rank(options, (1, 2), capacity=8, gpus=False)
 
 
 ALLOCATION = {"SLURM_JOB_ID": "118", "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "vm"}
