@@ -31,7 +31,8 @@ if [[ ! -x "$venv/bin/python" ]]; then
     python3 -m venv "$venv"
 fi
 stamp="$venv/.dlscale-installed"
-want="$(cat "$repo/pyproject.toml" "$repo/ci/constraints.txt" | sha256sum | cut -c1-16)"
+# The checkout's path is part of the stamp: an editable install points at one checkout only.
+want="$(cat "$repo/pyproject.toml" "$repo/ci/constraints.txt" | sha256sum | cut -c1-16) $repo"
 if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
     log "installing dlscale and pinned dependencies into $venv"
     "$venv/bin/pip" install -q -c "$repo/ci/constraints.txt" -e "$repo[dev,mpi,deepspeed]"

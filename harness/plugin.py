@@ -24,6 +24,7 @@ from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
 from harness.report.html import COLLECTIVES_FILE, junit_properties, write_report
+from harness.report.framework_comparison import REFERENCE_FRAMEWORK, comparison_rows, framework_ratios
 from harness.report.tables import accuracy_rows, format_table, summary_rows
 from harness.session.suite import Suite, SuiteError, SuiteOptions
 from harness.store.baselines import BaselineError
@@ -64,8 +65,9 @@ OPTIONS = (
     ("--data", "data", "ImageFolder dataset for file-reading loaders (default: the generated dataset)", Path),
     ("--data-tfrecord", "data_tfrecord", "indexed TFRecord shards for the -tfrecord loaders (default: the "
                                          "generated dataset's, converted once)", Path),
-    ("--profile", "profile", "workload preset: auto, study (224 px, 64/GPU) or cpu-small (default auto: study "
-                             "with a GPU, cpu-small without)", str),
+    ("--profile", "profile", "workload preset: auto, study (224 px, 64/GPU, ResNet50), cpu-small (32 px, 16/rank, "
+                             "ResNet50) or cpu-cifar (ResNet44 on 32 px CIFAR-shaped data, 10 classes, 32/rank) "
+                             "(default auto: study with a GPU, cpu-small without)", str),
     ("--device", "device", "auto, cpu or cuda (default auto: inside a Slurm allocation, whether the job's nodes "
                            "have GPUs; else this machine)", str),
     ("--image-size", "image_size", "image side in pixels (overrides the profile)", int),
@@ -365,6 +367,10 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
     terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, baselines {suite.baselines.path}"
                                 + _cores_words(suite))
     terminalreporter.write_line(format_table(summary_rows(suite.results, getattr(suite, "baselines", None))))
+    ratios = framework_ratios((result.cell, result.records) for result in suite.results if result.metrics)
+    if ratios:
+        terminalreporter.write_line(f"frameworks side by side (throughput over {REFERENCE_FRAMEWORK}'s, same run):")
+        terminalreporter.write_line(format_table(comparison_rows(ratios)))
     counts = collections.Counter(result.verdict for result in suite.results)
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
     for result in suite.results:

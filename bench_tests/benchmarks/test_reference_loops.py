@@ -40,7 +40,7 @@ FRAMEWORKS = ("ddp", "horovod", "deepspeed")
 RANK_COUNTS = (1, 2)
 CORES_PER_RANK = 1
 MIN_RATIO = 0.97
-WORKLOAD = PROFILES["cpu-small"]
+WORKLOAD = PROFILES["cpu-small"].workload
 REFERENCE_MODULE = "bench_tests.benchmarks.reference_loops"
 TIMEOUT_S = 600
 

@@ -33,12 +33,40 @@ class Cell:
         return (self.framework, self.loader, self.model)
 
 
-PROFILES: Mapping[str, Workload] = {
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class DatasetShape:
+    """The generated dataset a profile's file-reading loaders read (:func:`harness.data.dataset.ensure`)."""
+
+    name: str
+    """Its directory under the cache; its TFRecord shards go beside it as ``<name>-tfrecord``."""
+    classes: int
+    per_class: int
+    size: int
+    """Side of each JPEG in pixels."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Profile:
+    workload: Workload
+    dataset: DatasetShape
+    models: tuple[str, ...] = ("resnet50",)
+    """The models measured when ``--models`` names none."""
+
+
+IMAGENET_LIKE = DatasetShape(name="dataset", classes=100, per_class=24, size=96)
+
+PROFILES: Mapping[str, Profile] = {
     # The study's settings (ImageNet-sized images, 64 per GPU).
-    "study": Workload(),
+    "study": Profile(workload=Workload(), dataset=IMAGENET_LIKE),
     # Small enough that a CPU-only machine measures the whole matrix in minutes.
-    "cpu-small": Workload(image_size=32, batch_size=16, warmup_steps=5, steps=50,
-                          num_workers=2, num_classes=100, dali_threads=2),
+    "cpu-small": Profile(workload=Workload(image_size=32, batch_size=16, warmup_steps=5, steps=50, num_workers=2,
+                                           num_classes=100, dali_threads=2),
+                         dataset=IMAGENET_LIKE),
+    # Seeds 002 and 003's workload: ResNet44 on CIFAR-10-shaped data (32x32 RGB JPEGs, 10 classes).
+    "cpu-cifar": Profile(workload=Workload(image_size=32, batch_size=32, warmup_steps=5, steps=50, num_workers=2,
+                                           num_classes=10, dali_threads=2),
+                         dataset=DatasetShape(name="dataset-cifar", classes=10, per_class=240, size=32),
+                         models=("resnet44",)),
 }
 
 

@@ -1,4 +1,5 @@
-"""The study's models: torchvision ResNets with randomly initialised weights."""
+"""The models, randomly initialised: the study's torchvision ResNets (ImageNet-shaped input) and
+the CIFAR ResNet44 of seeds 002 and 003 (32 px input)."""
 from __future__ import annotations
 
 from harness.common.registry import Entry, Registry
@@ -7,6 +8,7 @@ MODELS = Registry("model", {
     "resnet50": Entry("torchvision.models:resnet50"),
     "resnet101": Entry("torchvision.models:resnet101"),
     "resnet152": Entry("torchvision.models:resnet152"),
+    "resnet44": Entry("harness.rank.cifar_resnet:cifar_resnet", {"depth": 44}),
 })
 
 

@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from harness.common.jsonio import finite_number
+from harness.config.cells import scaling_cell
 from harness.judging.breakdown import PARTS, BreakdownUnavailable, breakdown_rows, cell_breakdown
 from harness.report.collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes,
                                         load_collectives, lower_bound_rows, parameter_count, peak_busbw)
 from harness.report import scaling_model, scaling_validation
+from harness.report.framework_comparison import (REFERENCE_FRAMEWORK, SEED_004, SEED_004_QUOTE, comparison_rows,
+                                                  framework_ratios)
 from harness.report.network import collectives_link
 from harness.report.plots import estimate, plot_history, write_all
 from harness.report.projection import projection_rows, reference_rows, time_to_train_s
@@ -127,6 +130,18 @@ def junit_properties(cell_result_json: Mapping) -> list[tuple[str, Any]]:
     if messages:
         properties.append(("dlscale_verdict_message", "; ".join(messages)))
     return [(name, value) for name, value in properties if value is not None]
+
+
+def _framework_section(cells: Sequence[Mapping]) -> str:
+    measured = [(cell, result.get("records") or []) for result in cells if result.get("status") == "ok"
+                and (cell := scaling_cell(result["cell"]))]
+    ratios = framework_ratios(measured)
+    if not ratios:
+        return ""
+    return (f"<h2>Frameworks side by side</h2><p class='note'>Throughput over {REFERENCE_FRAMEWORK}'s on the same "
+            "loader, model and rank count, both cells of this run, with a bootstrap interval. Published: "
+            f"{html.escape(SEED_004)}, &ldquo;{html.escape(SEED_004_QUOTE)}&rdquo; (CPU clusters)</p>"
+            + _table(comparison_rows(ratios)))
 
 
 def _breakdown_section(cells: Sequence[Mapping]) -> str:
@@ -284,6 +299,7 @@ def write_report(results: Path | Mapping, out_dir: Path, *, collectives: Path | 
         "<h2>Figures</h2>",
         *(f'<p><img src="{html.escape(path.name)}" alt="{html.escape(path.stem)}"></p>' for path in figures),
         *(["<h2>History</h2>", f'<p><img src="{trend.name}" alt="history"></p>'] if trend else []),
+        _framework_section(cells),
         _breakdown_section(cells),
         _communication_section(collectives, cells, results.get("workload")),
         _projection_section(cells),

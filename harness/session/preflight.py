@@ -9,12 +9,13 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from harness.config.cells import (DEFAULT_MATRIX, AccuracyCell, Cell, Matrix, check_name, parse_cell_id, parse_names,
-                                  parse_ranks)
+from harness.config.cells import (DEFAULT_MATRIX, PROFILES, AccuracyCell, Cell, DatasetShape, Matrix, check_name,
+                                  parse_cell_id, parse_names, parse_ranks)
 from harness.config.options import SuiteError, SuiteOptions
 from harness.data.dataset import DatasetError, ensure, validate_image_folder
 from harness.data.tfrecord import TFRecordError, convert, open_tfrecord_set
 from harness.launch.launchers import LAUNCHERS, Launcher, gpus_a_job_step_sees
+from harness.launch.runner import RunLimits
 from harness.machine import allocation
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
@@ -22,7 +23,8 @@ from harness.rank.models import MODELS
 from harness.store.baselines import BaselineFile
 from harness.store.history import read as read_history
 
-DEFAULT_DATASET = Path(os.environ.get("DLSCALE_CACHE", Path.home() / ".cache" / "dlscale")) / "dataset"
+DATA_CACHE = Path(os.environ.get("DLSCALE_CACHE", Path.home() / ".cache" / "dlscale"))
+"""Where the generated datasets are kept, one directory per :class:`DatasetShape`."""
 
 
 def matrix_of(options: SuiteOptions) -> Matrix:
@@ -32,13 +34,18 @@ def matrix_of(options: SuiteOptions) -> Matrix:
             frameworks=parse_names("--frameworks", options.frameworks, FRAMEWORKS) if options.frameworks
             else DEFAULT_MATRIX.frameworks,
             loaders=parse_names("--loaders", options.loaders, LOADERS) if options.loaders else DEFAULT_MATRIX.loaders,
-            models=parse_names("--models", options.models, MODELS) if options.models else DEFAULT_MATRIX.models,
+            models=parse_names("--models", options.models, MODELS) if options.models else default_models(options),
             ranks=parse_ranks(options.gpus) if options.gpus else DEFAULT_MATRIX.ranks)
         if options.launcher:
             check_name("--launcher", options.launcher, LAUNCHERS)
     except ValueError as error:
         raise SuiteError(str(error)) from None
     return matrix
+
+
+def default_models(options: SuiteOptions) -> tuple[str, ...]:
+    """The models of the profile named, or the default matrix's where it is chosen by the device."""
+    return PROFILES[options.profile].models if options.profile in PROFILES else DEFAULT_MATRIX.models
 
 
 def skip_reason(cell: Cell | AccuracyCell, gpus: bool, capacity: int, where: str) -> str | None:
@@ -119,6 +126,12 @@ def cores_per_rank(options: SuiteOptions, ranks: Iterable[int], capacity: int, g
     return node_cores // per_node if per_node <= node_cores else None
 
 
+def run_limits(options: SuiteOptions) -> RunLimits:
+    """How long a launch may run and stay silent: the options' where given, else the defaults."""
+    return RunLimits(**{name: value for name, value in (("timeout_s", options.cell_timeout),
+                                                        ("heartbeat_s", options.hang_timeout)) if value is not None})
+
+
 def unwritable(directory: Path) -> str | None:
     """Why files cannot be made in ``directory`` (created with its parents if missing), or None."""
     existing = Path(os.path.abspath(directory))
@@ -167,8 +180,9 @@ def check_history(path: Path) -> None:
                          f"({foreign[0].why}){others}; delete it, or pass another --history-dir or --no-history")
 
 
-def prepare_data(options: SuiteOptions, loaders: set[str]) -> tuple[Path | None, Path | None]:
-    """The ImageFolder tree and the TFRecord shards the ``loaders`` read, checked or generated."""
+def prepare_data(options: SuiteOptions, loaders: set[str], shape: DatasetShape) -> tuple[Path | None, Path | None]:
+    """The ImageFolder tree and the TFRecord shards the ``loaders`` read: the user's, checked, or
+    the profile's generated ``shape``."""
     needs_folder = bool(loaders & FILE_LOADERS)
     needs_tfrecord = bool(loaders & TFRECORD_LOADERS)
     folder = tfrecord = None
@@ -176,7 +190,7 @@ def prepare_data(options: SuiteOptions, loaders: set[str]) -> tuple[Path | None,
         if options.data is not None and (needs_folder or needs_tfrecord):
             folder = _given_data("--data", options.data, validate_image_folder)
         elif needs_folder or (needs_tfrecord and options.data_tfrecord is None):
-            folder = ensure(DEFAULT_DATASET, classes=100, per_class=24, size=96)
+            folder = ensure(DATA_CACHE / shape.name, classes=shape.classes, per_class=shape.per_class, size=shape.size)
         if needs_tfrecord and options.data_tfrecord is not None:
             tfrecord = _given_data("--data-tfrecord", options.data_tfrecord, open_tfrecord_set)
         elif needs_tfrecord and options.data is not None:
@@ -184,7 +198,7 @@ def prepare_data(options: SuiteOptions, loaders: set[str]) -> tuple[Path | None,
                              f"from your ImageFolder with: python -m harness.data.tfrecord --from {options.data} "
                              "--to DIR)")
         elif needs_tfrecord:
-            tfrecord = convert(folder, DEFAULT_DATASET.with_name(DEFAULT_DATASET.name + "-tfrecord"))
+            tfrecord = convert(folder, DATA_CACHE / f"{shape.name}-tfrecord")
     except (DatasetError, TFRecordError) as error:
         raise SuiteError(str(error)) from None
     return folder, tfrecord

@@ -18,12 +18,13 @@ from typing import Callable
 from harness import HARNESS_SOURCE
 from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import write_json_atomic
-from harness.config.cells import PROFILES, AccuracyCell, AccuracySettings, Cell, accuracy_cells, config_hash
+from harness.config.cells import (PROFILES, AccuracyCell, AccuracySettings, Cell, Profile, accuracy_cells,
+                                  config_hash)
 from harness.config.options import SuiteError, SuiteOptions, check_settings
 from harness.judging.recording import accuracy_entry, baseline_entries
 from harness.judging.verdicts import judge_accuracy, measured_enough
 from harness.launch.launchers import LAUNCHERS, Launcher, default_launcher_name
-from harness.launch.runner import RunLimits, run_cell
+from harness.launch.runner import run_cell
 from harness.machine.allocation import launch_environment
 from harness.machine.environment import capture as capture_environment
 from harness.machine.provenance import provenance
@@ -96,12 +97,14 @@ class Suite:
     def _rank_capacity(self) -> tuple[int, str]:
         return rank_capacity(self.uses_gpus)
 
+    @functools.cached_property
+    def profile(self) -> Profile:
+        name = self.options.profile
+        return PROFILES[("study" if self.uses_gpus else "cpu-small") if name == "auto" else name]
+
     def workload(self) -> Workload:
-        profile = self.options.profile
-        if profile == "auto":
-            profile = "study" if self.uses_gpus else "cpu-small"
         o = self.options
-        return PROFILES[profile].replace(image_size=o.image_size, batch_size=o.batch_size, steps=o.steps,
+        return self.profile.workload.replace(image_size=o.image_size, batch_size=o.batch_size, steps=o.steps,
                                          warmup_steps=o.warmup_steps, num_workers=o.num_workers,
                                          data_dir=str(self.data_dir) if self.data_dir else None,
                                          tfrecord_dir=str(self.tfrecord_dir) if self.tfrecord_dir else None)
@@ -114,7 +117,8 @@ class Suite:
         if options.gpus:
             preflight.check_rank_counts(options, self.matrix.ranks, *self._rank_capacity)
         preflight.check_writable_places(options)
-        self.data_dir, self.tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()})
+        self.data_dir, self.tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()},
+                                                                   self.profile.dataset)
         self.launcher: Launcher = preflight.usable_launcher(self.launcher_name, self.launch_environment,
                                                             options.partition)
         try:
@@ -131,9 +135,7 @@ class Suite:
         self._provenance = provenance(HARNESS_SOURCE)
         self._environment = capture_environment()
         self.run_id = uuid.uuid4().hex[:12]
-        self.limits = RunLimits(**{name: value for name, value in (("timeout_s", options.cell_timeout),
-                                                                    ("heartbeat_s", options.hang_timeout))
-                                   if value is not None})
+        self.limits = preflight.run_limits(options)
         self._prepared = True
 
     # -- measuring -------------------------------------------------------------------------------

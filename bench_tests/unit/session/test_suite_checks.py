@@ -2,9 +2,11 @@
 import os
 
 import pytest
+from PIL import Image
 
+from harness.config.cells import DatasetShape, parse_ranks
 from harness.config.options import SuiteError, SuiteOptions, check_settings
-from harness.config.cells import parse_ranks
+from harness.data.dataset import validate_image_folder
 from harness.session import preflight
 from harness.session.preflight import unwritable
 
@@ -16,7 +18,7 @@ from harness.session.preflight import unwritable
     ("measure_budget", float("nan"), "--measure-budget must be at least 0, got nan"),
     ("precision", 0.0, "--precision must be greater than 0, got 0.0"),
     ("hang_timeout", -5.0, "--hang-timeout must be greater than 0, got -5.0"),
-    ("profile", "huge", "--profile: unknown profile 'huge'; valid names: auto, study, cpu-small"),
+    ("profile", "huge", "--profile: unknown profile 'huge'; valid names: auto, study, cpu-small, cpu-cifar"),
     ("device", "gpu", "--device: unknown device 'gpu'; valid names: auto, cpu, cuda"),
 ])
 def test_a_setting_no_cell_can_run_with_is_named(option, value, message):
@@ -113,3 +115,19 @@ def test_gpus_only_a_probe_step_saw_count_for_the_capacity_and_the_layout(monkey
     assert preflight.uses_gpus("auto") is True
     capacity, words = rank_capacity(True)
     assert capacity == 2 and f"4 GPU(s) per node from {allocation.GPU_OVERRIDE}=4" in words  # 2 tasks bound it
+
+
+def test_a_named_profile_brings_its_models_and_the_options_override_them():
+    assert preflight.matrix_of(SuiteOptions(profile="cpu-cifar")).models == ("resnet44",)
+    assert preflight.matrix_of(SuiteOptions(profile="cpu-cifar", models="resnet50")).models == ("resnet50",)
+    assert preflight.matrix_of(SuiteOptions()).models == ("resnet50",)
+
+
+def test_each_profile_generates_its_own_dataset_beside_the_others(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "DATA_CACHE", tmp_path)
+    shape = DatasetShape(name="tiny-cifar", classes=3, per_class=2, size=32)
+    folder, tfrecord = preflight.prepare_data(SuiteOptions(), {"native", "dali-cpu-tfrecord"}, shape)
+    assert (folder, tfrecord) == (tmp_path / "tiny-cifar", tmp_path / "tiny-cifar-tfrecord")
+    assert validate_image_folder(folder) == {"classes": 3, "images": 6}
+    with Image.open(next(folder.glob("*/*.jpg"))) as image:
+        assert image.size == (32, 32)

@@ -1,0 +1,47 @@
+"""Frameworks side by side: same-run throughput ratios over DDP, beside seed 004's (no launch)."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.config.cells import Cell
+from harness.report.framework_comparison import PUBLISHED_RATIOS, comparison_rows, framework_ratios
+
+SEEDS = Path(__file__).resolve().parents[4] / "shared" / "seeds"
+"""The related studies' text, beside the checkout in the workplace (not shipped with dlscale)."""
+
+
+def records(step_s, ranks, *, batch=16, steps=40, seed=0):
+    rng = np.random.default_rng(seed)
+    return [{"rank": r, "step_times": list(step_s * (1 + 0.02 * rng.standard_normal(steps))), "images": batch * steps}
+            for r in range(ranks)]
+
+
+def cell(framework, ranks=2, loader="synthetic"):
+    return Cell(framework=framework, loader=loader, model="resnet44", ranks=ranks)
+
+
+def test_a_framework_is_measured_against_ddp_on_the_same_loader_model_and_ranks():
+    measured = [(cell("ddp"), records(0.100, 2)), (cell("horovod"), records(0.125, 2, seed=1)),
+                (cell("horovod", ranks=1), records(0.1, 1)),  # no DDP cell at 1 rank: no ratio
+                (cell("deepspeed", loader="native"), records(0.1, 2))]  # nor on the native loader
+    [ratio] = framework_ratios(measured)
+    assert ratio.cell == cell("horovod")
+    assert abs(ratio.ratio.value - 0.8) < 0.02  # 0.100 s over 0.125 s a step, 2% noise
+    assert ratio.ratio.low < ratio.ratio.value < ratio.ratio.high < ratio.ratio.low + 0.05
+
+
+def test_the_table_quotes_seed_004_where_it_names_the_framework():
+    measured = [(cell("ddp"), records(0.1, 2)), (cell("tensorflow"), records(0.2, 2)), (cell("horovod"), records(0.1, 2))]
+    header, horovod, tensorflow = comparison_rows(framework_ratios(measured))
+    assert header[-1] == "published (seed 004)"
+    assert horovod[3] == "horovod" and horovod[-1] == "-"
+    assert tensorflow[3] == "tensorflow" and tensorflow[4].startswith("0.500 [") and tensorflow[-1] == "0.377"
+
+
+def test_the_published_ratios_are_quoted_from_the_seed_text():
+    if not SEEDS.is_dir():
+        pytest.skip(f"the seeds' text is not beside this checkout ({SEEDS})")
+    for published in PUBLISHED_RATIOS.values():
+        text = " ".join((SEEDS / published.source).read_text().split())
+        assert published.quote in text

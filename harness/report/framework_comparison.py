@@ -1,0 +1,74 @@
+"""Each framework's throughput relative to PyTorch DDP on the same loader, model and rank count,
+measured in the same run, beside the ratios the related studies publish.
+
+A ratio comes only from two cells of one session (one machine, one stack, minutes apart): their
+pooled per-step times are bootstrapped each on its own and divided replicate by replicate
+(:func:`harness.judging.stats.efficiency_interval` at equal rank counts is exactly that ratio).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Sequence
+
+from harness.config.cells import Cell
+from harness.judging.metrics import step_samples
+from harness.judging.stats import Estimate, efficiency_interval
+from harness.report.tables import format_interval
+
+REFERENCE_FRAMEWORK = "ddp"
+
+SEED_004 = "004_329eebec84006829.txt"
+SEED_004_QUOTE = ("Overall, in synchronous learning setups, TensorFlow is slower compared to PyTorch by average "
+                  "2.65X, while the latter lags MXNet by average 1.38X.")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PublishedRatio:
+    framework: str
+    ratio: float
+    """Its throughput over PyTorch's (synchronous all-reduce)."""
+    source: str
+    quote: str
+
+
+PUBLISHED_RATIOS = {
+    "tensorflow": PublishedRatio(framework="tensorflow", ratio=1 / 2.65, source=SEED_004, quote=SEED_004_QUOTE),
+    "mxnet": PublishedRatio(framework="mxnet", ratio=1.38, source=SEED_004, quote=SEED_004_QUOTE),
+}
+"""Seed 004 measured image classification on CPU clusters; dlscale's frameworks it names."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class FrameworkRatio:
+    cell: Cell
+    ratio: Estimate
+    """The cell's throughput over the DDP cell's of the same loader, model and rank count."""
+
+
+def framework_ratios(measured: Iterable[tuple[Cell, Sequence[dict]]]) -> list[FrameworkRatio]:
+    """Every non-DDP cell of ``measured`` (cells with their pooled per-rank records) whose DDP
+    counterpart was measured too, ordered by loader, model, rank count and framework."""
+    records = {cell: cell_records for cell, cell_records in measured if cell_records}
+    ratios = []
+    for cell in sorted(records, key=lambda c: (c.loader, c.model, c.ranks, c.framework)):
+        reference = dataclasses.replace(cell, framework=REFERENCE_FRAMEWORK)
+        if cell.framework == REFERENCE_FRAMEWORK or reference not in records:
+            continue
+        steps, batches = step_samples(records[cell])
+        reference_steps, reference_batches = step_samples(records[reference])
+        ratios.append(FrameworkRatio(cell=cell, ratio=efficiency_interval(steps, batches, reference_steps,
+                                                                          reference_batches)))
+    return ratios
+
+
+def comparison_rows(ratios: Sequence[FrameworkRatio]) -> list[list[str]]:
+    """A table: loader, model, ranks, framework, throughput over DDP with its interval, and the
+    published ratio where a seed gives one."""
+    rows = [["loader", "model", "ranks", "framework", f"throughput / {REFERENCE_FRAMEWORK} [95% CI]",
+             "published (seed 004)"]]
+    for entry in ratios:
+        ratio, published = entry.ratio, PUBLISHED_RATIOS.get(entry.cell.framework)
+        rows.append([entry.cell.loader, entry.cell.model, str(entry.cell.ranks), entry.cell.framework,
+                     format_interval(ratio, 3),
+                     f"{published.ratio:.3f}" if published else "-"])
+    return rows
