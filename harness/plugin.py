@@ -23,8 +23,8 @@ from harness.launch.runner import RunLimits
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
-from harness.report.html import COLLECTIVES_FILE, junit_properties, write_report
 from harness.report.framework_comparison import REFERENCE_FRAMEWORK, comparison_rows, framework_ratios
+from harness.report.html import COLLECTIVES_FILE, junit_properties, write_report
 from harness.report.tables import accuracy_rows, format_table, summary_rows
 from harness.session.suite import Suite, SuiteError, SuiteOptions
 from harness.store.baselines import BaselineError

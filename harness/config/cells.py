@@ -47,6 +47,8 @@ class DatasetShape:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Profile:
+    """A named workload preset (``--profile``): what each rank trains with, on which generated data."""
+
     workload: Workload
     dataset: DatasetShape
     models: tuple[str, ...] = ("resnet50",)

@@ -129,6 +129,13 @@ def test_report_without_collectives_says_how_to_get_them(results, tmp_path):
     assert "efficiency_published.png" not in text
 
 
+def test_report_sets_frameworks_side_by_side_where_ddp_ran_beside_them(results, tmp_path):
+    assert "Frameworks side by side" not in report.write_report(results, tmp_path / "a", published=None).read_text()
+    results["cells"].append(cell_json("horovod-synthetic-resnet50-g2", 26.0, ranks=2))
+    text = report.write_report(results, tmp_path / "b", published=None).read_text()
+    assert "Frameworks side by side" in text and "<td>horovod</td>" in text and "2.65X" in text
+
+
 def test_report_refuses_a_baseline_file_as_published(results, tmp_path):
     with pytest.raises(ValueError, match="published"):
         report.write_report(results, tmp_path, published={"schema_version": 1, "cells": {}})
