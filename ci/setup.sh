@@ -40,6 +40,7 @@ if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
 fi
 "$repo/ci/install_frameworks.sh" "$venv"
 "$repo/ci/install_dali.sh" "$venv"
+"$repo/ci/install_runtimes.sh" "$venv"
 
 "$venv/bin/python" -m harness.data.dataset --ensure "$cache/dataset" >&2
 "$venv/bin/python" -m harness.data.tfrecord --from "$cache/dataset" --to "$cache/dataset-tfrecord" >&2

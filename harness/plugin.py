@@ -23,7 +23,7 @@ from harness.launch.runner import RunLimits
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
-from harness.report.framework_comparison import REFERENCE_FRAMEWORK, comparison_rows, framework_ratios
+from harness.report.framework_comparison import PUBLISHED_NOTES, REFERENCE_FRAMEWORK, comparison_rows, framework_ratios
 from harness.report.html import COLLECTIVES_FILE, junit_properties, write_report
 from harness.report.tables import accuracy_rows, format_table, summary_rows
 from harness.session.suite import Suite, SuiteError, SuiteOptions
@@ -371,6 +371,8 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
     if ratios:
         terminalreporter.write_line(f"frameworks side by side (throughput over {REFERENCE_FRAMEWORK}'s, same run):")
         terminalreporter.write_line(format_table(comparison_rows(ratios)))
+        for seed, quote, reading in PUBLISHED_NOTES:
+            terminalreporter.write_line(f"  published, {seed} ({reading}): \"{quote}\"")
     counts = collections.Counter(result.verdict for result in suite.results)
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
     for result in suite.results:

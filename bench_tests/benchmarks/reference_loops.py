@@ -20,31 +20,15 @@ import json
 import os
 import socket
 import sys
-import time
-from pathlib import Path
 from typing import Callable
 
 import torch
 import torchvision
 
+from bench_tests.benchmarks.reference_common import parse, timed_window
+
 Step = Callable[[], torch.Tensor]
 Barrier = Callable[[], None]
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench_tests.benchmarks.reference_loops")
-    parser.add_argument("--framework", choices=("ddp", "horovod", "deepspeed"), required=True)
-    parser.add_argument("--batch", type=int, default=16, help="images per rank per step")
-    parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--classes", type=int, default=100)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--lr", type=float, default=0.025, help="per rank; scaled by the rank count")
-    parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--weight-decay", type=float, default=1e-4)
-    parser.add_argument("--label-smoothing", type=float, default=0.1)
-    parser.add_argument("--out", type=Path, required=True, help="directory for rank<R>.json")
-    return parser.parse_args(argv)
 
 
 def torchrun_style_environment() -> None:
@@ -124,34 +108,11 @@ def deepspeed_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch
     return deepspeed.comm.get_rank(), step, deepspeed.comm.barrier
 
 
-def thread_times() -> dict[int, tuple[float, float]]:
-    """Seconds each thread of this process has run on a CPU and waited on a run queue, by thread id."""
-    times = {}
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            ran, waited = (int(field) for field in (task / "schedstat").read_text().split()[:2])
-        except (OSError, ValueError):
-            continue  # the thread ended while we read, or no schedstat here
-        times[int(task.name)] = (ran / 1e9, waited / 1e9)
-    return times
-
-
-def window_threads(before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]]) -> dict:
-    """The training (main) thread's and the other threads' CPU and run-queue time over the window."""
-    main_thread = os.getpid()
-    delta = {tid: (ran - before.get(tid, (0.0, 0.0))[0], waited - before.get(tid, (0.0, 0.0))[1])
-             for tid, (ran, waited) in after.items()}
-    others = [times for tid, times in delta.items() if tid != main_thread]
-    return {"main_ran_s": delta.get(main_thread, (0.0, 0.0))[0], "main_waited_s": delta.get(main_thread, (0.0, 0.0))[1],
-            "others_ran_s": sum(ran for ran, _ in others), "others_waited_s": sum(waited for _, waited in others),
-            "busiest_other_ran_s": max((ran for ran, _ in others), default=0.0), "threads": len(after)}
-
-
 LOOPS = {"ddp": ddp_loop, "horovod": horovod_loop, "deepspeed": deepspeed_loop}
 
 
 def main(argv: list[str]) -> int:
-    args = parse(argv)
+    args = parse(argv, frameworks=tuple(LOOPS))
     cores = sorted(os.sched_getaffinity(0))  # the launcher bound this rank to them
     torch.set_num_threads(len(cores))
     torch.manual_seed(1234)
@@ -162,15 +123,7 @@ def main(argv: list[str]) -> int:
     for _ in range(args.warmup):
         step()
     barrier()  # every rank starts the timed window together
-    step_times: list[float] = []
-    threads_before = thread_times()
-    window_start = time.perf_counter()
-    for _ in range(args.steps):
-        started = time.perf_counter()
-        loss = step()  # on the CPU every kernel has finished when the call returns
-        step_times.append(time.perf_counter() - started)
-    window = time.perf_counter() - window_start
-    threads = window_threads(threads_before, thread_times())
+    step_times, window, threads, loss = timed_window(step, args.steps)
 
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps({

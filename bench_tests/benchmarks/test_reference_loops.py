@@ -32,16 +32,19 @@ from harness.launch.launchers import LAUNCHERS, Launcher, LaunchRequest, with_ha
 from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token
 from harness.launch.runner import run_cell
 from harness.rank.contention import wait_share
+from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.rankenv import free_port
+from harness.rank.runtime import rank_interpreter
 from harness.rank.spec import RankOptions
 
 ROUNDS = 3
-FRAMEWORKS = ("ddp", "horovod", "deepspeed")
+COMPARED = ("ddp", "horovod", "deepspeed", "tensorflow")
 RANK_COUNTS = (1, 2)
 CORES_PER_RANK = 1
 MIN_RATIO = 0.97
 WORKLOAD = PROFILES["cpu-small"].workload
-REFERENCE_MODULE = "bench_tests.benchmarks.reference_loops"
+REFERENCE_MODULES = {"tensorflow": "bench_tests.benchmarks.reference_loop_keras"}
+"""Each framework's reference loop, where it is not reference_loops.py (another runtime's interpreter)."""
 TIMEOUT_S = 600
 
 
@@ -86,7 +89,9 @@ def run_reference(framework: str, ranks: int, launcher: Launcher, workdir: Path)
             "--steps", str(WORKLOAD.steps), "--lr", str(WORKLOAD.base_lr), "--momentum", str(WORKLOAD.momentum),
             "--weight-decay", str(WORKLOAD.weight_decay), "--label-smoothing", str(WORKLOAD.label_smoothing),
             "--out", str(out.resolve()))
-    request = LaunchRequest(ranks=ranks, module=REFERENCE_MODULE, args=args, master_port=free_port(),
+    module = REFERENCE_MODULES.get(framework, "bench_tests.benchmarks.reference_loops")
+    request = LaunchRequest(ranks=ranks, module=module, args=args, master_port=free_port(),
+                            rank_python=rank_interpreter(FRAMEWORKS.entry(framework).runtime),
                             job_name=f"dlscale-reference-{framework}-g{ranks}-{token[:8]}",
                             master_addr=launcher.rendezvous_host(), token=token, cores_per_rank=CORES_PER_RANK)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_PORT=str(request.master_port), **{TOKEN_VARIABLE: token})
@@ -99,7 +104,7 @@ def run_reference(framework: str, ranks: int, launcher: Launcher, workdir: Path)
                               text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, start_new_session=True)
     finally:
         kill_processes_with_token(token)
-    assert done.returncode == 0, f"reference {framework} x{ranks} exited {done.returncode}:\n{done.stdout[-3000:]}"
+    assert done.returncode == 0, f"reference {framework} x{ranks} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
     records = [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
     assert len(records) == ranks, f"reference {framework} x{ranks}: {len(records)} rank records"
     threads = [record["window_threads"] for record in records]
@@ -111,7 +116,7 @@ def test_harness_matches_reference_loops(request, tmp_path):
     launcher = LAUNCHERS.create("mpirun")
     if reason := launcher.unavailable_reason():
         pytest.skip(f"mpirun: {reason}")
-    rows = [(framework, ranks) for framework in FRAMEWORKS for ranks in RANK_COUNTS]
+    rows = [(framework, ranks) for framework in COMPARED for ranks in RANK_COUNTS]
     harness: dict[tuple[str, int], list[Throughput]] = {row: [] for row in rows}
     reference: dict[tuple[str, int], list[Throughput]] = {row: [] for row in rows}
     capture = request.config.pluginmanager.get_plugin("capturemanager")

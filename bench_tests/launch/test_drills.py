@@ -7,6 +7,7 @@ junit properties. Times are wall-clock seconds on this shared 2-core machine.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,8 @@ from harness.launch.launchers import SrunLauncher
 from harness.launch.procs import processes_with_token
 from harness.launch.runner import RunLimits, run_cell
 from harness.rank.faults import Fault
+from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.runtime import unavailable
 from harness.rank.spec import RankOptions
 from harness.store.history import read as read_history
 
@@ -168,6 +171,23 @@ def test_time_to_detect_and_clean_up_a_failed_rank(launcher, fault, tmp_path, mo
     else:
         assert heartbeat - 1.5 < watch.decided - struck < heartbeat + 5, "a hang was stopped at the wrong time"
     assert gone <= returned + 0.2 and returned - watch.decided < 20
+
+
+@pytest.mark.parametrize("launcher", ["srun"], indirect=True)
+@pytest.mark.parametrize("framework", [name for name in FRAMEWORKS.names() if FRAMEWORKS.entry(name).runtime != "torch"])
+def test_a_killed_rank_of_another_runtime_fails_the_cell_and_leaves_nothing(launcher, framework, tmp_path):
+    """TensorFlow's gRPC servers, MXNet's scheduler and parameter server (rank 0's children): killing
+    rank 1 mid-run fails the cell, names the rank, and every process of the launch is gone."""
+    entry = FRAMEWORKS.entry(framework)
+    if reason := unavailable(entry.runtime, entry):
+        pytest.skip(reason)
+    cell = Cell(framework=framework, loader="synthetic", model="resnet44", ranks=2)
+    run = run_cell(cell, TINY.replace(steps=20), launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=60),
+                   options=RankOptions(fault=Fault(rank=1, kind="exit", at_step=2)))
+    assert run.status in ("failed", "hung"), run.error
+    # rank 1 is named: by its error report, or among the ranks srun's kill-on-bad-exit left silent
+    assert re.search(r"rank1 |rank\(s\) (\d+, )*1\b", run.error), run.error
+    assert processes_with_token(run.token) == [] and pids_with(run.token.encode()) == []
 
 
 def queued_too_long(run) -> bool:

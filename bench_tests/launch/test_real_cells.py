@@ -6,12 +6,13 @@ import sys
 
 import pytest
 
-from harness.config.cells import Cell
+from harness.config.cells import Cell, implemented
 from harness.launch.launchers import LAUNCHERS, with_harness_importable
 from harness.launch.procs import processes_with_token
 from harness.launch.runner import run_cell
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
+from harness.rank.runtime import unavailable
 
 from ..workloads import TINY
 
@@ -47,17 +48,23 @@ def test_ddp_cell_runs_on_every_rank(launcher, loader, ranks, tmp_path, tiny_dat
 FRAMEWORK_CELLS = [
     *[(framework, "srun", loader, ranks)
       for framework in FRAMEWORKS.names()
-      for loader in LOADERS.names() if not LOADERS.entry(loader).needs_gpu for ranks in (1, 2)
-      if framework != "ddp" or loader not in ("synthetic", "native")],
+      for loader in LOADERS.names() if not LOADERS.entry(loader).needs_gpu and implemented(framework, loader, "resnet50")
+      for ranks in (1, 2) if framework != "ddp" or loader not in ("synthetic", "native")],
     ("horovod", "horovodrun", "synthetic", 2),
     ("deepspeed", "deepspeed", "synthetic", 2),
+    # the other runtimes' ranks through the other launchers too (torchrun runs in torch's interpreter
+    # and starts them with --no-python; Horovod, which needs MPI or its own rendezvous, through horovodrun)
+    *[(framework, launcher, "synthetic", 2) for framework in FRAMEWORKS.names()
+      if FRAMEWORKS.entry(framework).runtime != "torch"
+      for launcher in ("mpirun", "horovodrun" if FRAMEWORKS.entry(framework).uses_mpi else "torchrun")],
 ]
 
 
 @pytest.mark.parametrize("framework, launcher, loader, ranks", FRAMEWORK_CELLS, indirect=["launcher"])
 def test_every_framework_and_loader_trains_on_every_rank(framework, launcher, loader, ranks, tmp_path, tiny_dataset,
                                                         tiny_tfrecords):
-    reason = FRAMEWORKS.missing(framework) or LOADERS.missing(loader)
+    runtime = FRAMEWORKS.entry(framework).runtime
+    reason = unavailable(runtime, FRAMEWORKS.entry(framework)) or (runtime == "torch" and LOADERS.missing(loader))
     if reason:
         pytest.skip(reason)
     cell = Cell(framework=framework, loader=loader, model="resnet50", ranks=ranks)
@@ -68,6 +75,7 @@ def test_every_framework_and_loader_trains_on_every_rank(framework, launcher, lo
     for record in run.records:
         assert record["images"] == TINY.steps * TINY.batch_size
         assert all(math.isfinite(loss) for loss in record["losses"])
+    assert len({record["versions"].get(runtime) for record in run.records}) == 1  # every rank ran the runtime
     if loader.startswith("dali"):
         assert run.records[0]["loader_settings"]["reader"] == ("tfrecord" if loader.endswith("tfrecord") else "folder")
     assert processes_with_token(run.token) == []

@@ -68,8 +68,8 @@ CASES = {
     "baseline-cell-of-no-model": ({BASELINE: baseline(cell="ddp-synthetic-resnet49-g1")}, [],
                                   ["baseline file {tmp}/baselines/badsys.json", "'ddp-synthetic-resnet49-g1'",
                                    "unknown model 'resnet49'", "correct or remove that entry"]),
-    "baseline-cell-of-no-framework": ({BASELINE: baseline(cell="tensorflow-synthetic-resnet50-g1")}, [],
-                                      ["baseline file {tmp}/baselines/badsys.json", "unknown framework 'tensorflow'"]),
+    "baseline-cell-of-no-framework": ({BASELINE: baseline(cell="jax-synthetic-resnet50-g1")}, [],
+                                      ["baseline file {tmp}/baselines/badsys.json", "unknown framework 'jax'"]),
     # history file: a line something else wrote, anywhere in it
     "history-plain-text-line": ({HISTORY: history(row(1), "nightly run finished OK", row(2))}, [],
                                 ["history file {tmp}/history/badsys.jsonl line 2 is not a line dlscale writes",
@@ -95,6 +95,8 @@ CASES = {
     # names
     "unknown-framework": ({}, ["--frameworks", "nope"], ["--frameworks: unknown framework 'nope'; valid names: ddp"]),
     "unknown-loader": ({}, ["--loaders", "nope"], ["--loaders: unknown loader 'nope'; valid names: synthetic"]),
+    "no-cell-implemented": ({}, ["--frameworks", "ddp", "--loaders", "native-tfrecord"],
+                            ["the matrix holds no cell: no framework's runtime implements ddp-native-tfrecord-resnet50"]),
     "unknown-model": ({}, ["--models", "nope"], ["--models: unknown model 'nope'; valid names: resnet50"]),
     "unknown-launcher": ({}, ["--launcher", "nope"], ["--launcher: unknown launcher 'nope'; valid names: srun"]),
     "unknown-device": ({}, ["--device", "gpu"], ["--device: unknown device 'gpu'; valid names: auto, cpu, cuda"]),

@@ -140,7 +140,7 @@ def test_corrupt_baseline_is_named_and_never_overwritten(suite):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--frameworks", "tensorflow"], "*unknown framework 'tensorflow'; valid names: ddp, horovod, deepspeed, *"),
+    (["--frameworks", "jax"], "*unknown framework 'jax'; valid names: ddp, horovod, deepspeed, *"),
     (["--loaders", "ffcv"], "*unknown loader 'ffcv'; valid names: synthetic, native*"),
     (["--models", "vgg"], "*unknown model 'vgg'; valid names: resnet50, resnet101, resnet152*"),
     (["--launcher", "aprun"], "*unknown launcher 'aprun'; valid names: srun, mpirun, torchrun, horovodrun, deepspeed*"),

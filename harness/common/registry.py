@@ -10,7 +10,8 @@ from typing import Any, Mapping
 @dataclasses.dataclass(frozen=True, slots=True)
 class Entry:
     target: str
-    """``"package.module:attribute"``; the module is imported on first use."""
+    """``"package.module:attribute"``; the module is imported on first use. For a loader or a model:
+    its implementation in the torch runtime, ``""`` where torch has none."""
     preset: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments this name fixes (variants are entries, not subclasses)."""
     requires: str | None = None
@@ -32,6 +33,12 @@ class Entry:
     reads: str | None = None
     """The data a loader reads: ``"folder"`` (an ImageFolder tree), ``"tfrecord"`` (indexed shards)
     or nothing."""
+    runtime: str = "torch"
+    """A framework's rank runtime (:data:`harness.rank.runtime.RUNTIMES`): the interpreter its ranks
+    start in, and which implementation of each loader and model they use."""
+    runtimes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """A loader's or model's implementations in runtimes other than torch's, ``"module:attribute"``
+    by runtime name."""
 
 
 class Registry:
@@ -62,9 +69,27 @@ class Registry:
             return f"{self.kind} {name} needs {entry.requires}, not installed here; install: {entry.install}"
         return None
 
-    def resolve(self, name: str) -> Any:
-        module, _, attribute = self.entry(name).target.partition(":")
+    def target(self, name: str, runtime: str = "torch") -> str | None:
+        """Where ``name`` is implemented for ``runtime``, or None where it is not."""
+        entry = self.entry(name)
+        return (entry.target if runtime == "torch" else entry.runtimes.get(runtime)) or None
+
+    def runtimes_of(self, name: str) -> list[str]:
+        """The runtimes that implement ``name``."""
+        entry = self.entry(name)
+        return (["torch"] if entry.target else []) + list(entry.runtimes)
+
+    def resolve(self, name: str, runtime: str = "torch") -> Any:
+        target = self.target(name, runtime)
+        if target is None:
+            raise ValueError(f"{self.kind} {name} has no {runtime} implementation; "
+                             f"it has: {', '.join(self.runtimes_of(name)) or 'none'}")
+        module, _, attribute = target.partition(":")
         return getattr(importlib.import_module(module), attribute)
 
     def create(self, name: str, /, **kwargs: Any) -> Any:
-        return self.resolve(name)(**{**self.entry(name).preset, **kwargs})
+        return self.create_in("torch", name, **kwargs)
+
+    def create_in(self, runtime: str, name: str, /, **kwargs: Any) -> Any:
+        """``name``'s implementation for ``runtime``, made with its preset and ``kwargs``."""
+        return self.resolve(name, runtime)(**{**self.entry(name).preset, **kwargs})

@@ -87,13 +87,28 @@ class Matrix:
             raise ValueError(f"rank counts must be positive, got {list(self.ranks)}")
 
     def cells(self) -> list[Cell]:
-        """Every cell, each series' rank counts in increasing order so references come first."""
+        """Every cell, each series' rank counts in increasing order so references come first. A
+        framework meets only the loaders and models its runtime implements (TensorFlow has no DALI
+        loader here, torch no native TFRecord reader): other combinations are no cell at all."""
         return [Cell(framework=f, loader=l, model=m, ranks=g)
-                for f in self.frameworks for l in self.loaders for m in self.models
+                for f in self.frameworks for l in self.loaders for m in self.models if implemented(f, l, m)
                 for g in sorted(set(self.ranks))]
 
+    def unimplemented(self) -> list[str]:
+        """The framework x loader x model series of the matrix that no runtime implements."""
+        return [f"{f}-{l}-{m}" for f in self.frameworks for l in self.loaders for m in self.models
+                if not implemented(f, l, m)]
 
-DEFAULT_MATRIX = Matrix()
+
+def implemented(framework: str, loader: str, model: str) -> bool:
+    """Whether the framework's runtime has the loader and the model."""
+    runtime = FRAMEWORKS.entry(framework).runtime
+    return LOADERS.target(loader, runtime) is not None and MODELS.target(model, runtime) is not None
+
+
+DEFAULT_MATRIX = Matrix(
+    frameworks=("ddp", "horovod", "deepspeed", "deepspeed_zero1", "deepspeed_zero2", "tensorflow", "horovod_tf", "mxnet"),
+    loaders=("synthetic", "native", "native-tfrecord", "dali-cpu", "dali-cpu-tfrecord"))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -25,7 +25,6 @@ of a package a cell never loads leaves its baseline valid.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json

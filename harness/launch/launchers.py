@@ -31,6 +31,10 @@ class LaunchRequest:
     master_addr: str | None = None
     """None lets each rank derive it from its launcher (Slurm: first node of the step)."""
     python: str = sys.executable
+    """The harness's interpreter (torch's): torchrun's agents and the clean-up sweeps run in it."""
+    rank_python: str | None = None
+    """The interpreter the ranks run in where it is not :attr:`python`: another runtime's environment
+    (:func:`harness.rank.runtime.interpreter`)."""
     token: str = ""
     """The run token every process of the launch carries (``DLSCALE_RUN_TOKEN``)."""
     cores_per_rank: int | None = None
@@ -198,8 +202,8 @@ class SrunLauncher(Launcher):
         if self.partition and job is None:  # inside an allocation, its partition is the job's
             step.append(f"--partition={self.partition}")
         return self._with_environment(["srun", f"--ntasks={request.ranks}", *step, "--kill-on-bad-exit=1",
-                                       f"--job-name={request.job_name}", request.python, "-m", request.module,
-                                       *request.args])
+                                       f"--job-name={request.job_name}", request.rank_python or request.python,
+                                       "-m", request.module, *request.args])
 
     def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
         # Outside an allocation srun made a job of its own, named after the cell: cancel it.
@@ -252,7 +256,8 @@ class MpirunLauncher(Launcher):
             command.append("--allow-run-as-root")
         for name in dict.fromkeys([*request.export, *self.environment]):
             command += ["-x", name]
-        return self._with_environment(command + [request.python, "-m", request.module, *request.args])
+        return self._with_environment(command + [request.rank_python or request.python, "-m", request.module,
+                                                 *request.args])
 
     def cleanup(self, request: LaunchRequest) -> dict[str, list[int]]:
         # SIGTERM to mpirun is Open MPI's own teardown (it ends its daemons and their ranks on
@@ -288,7 +293,11 @@ class TorchrunLauncher(Launcher):
         return "127.0.0.1" if self._allocation() is None else None
 
     def command(self, request: LaunchRequest) -> list[str]:
-        agent = ["--max-restarts=0", "-m", request.module, *request.args]
+        # torchrun itself needs torch; ranks in another runtime's interpreter start as a program of
+        # their own (--no-python)
+        program = (["--no-python", request.rank_python, "-m", request.module] if request.rank_python
+                   else ["-m", request.module])
+        agent = ["--max-restarts=0", *program, *request.args]
         job = self._allocation()
         if job is None:
             return self._with_environment([
@@ -326,7 +335,7 @@ class HorovodrunLauncher(Launcher):
 
     def command(self, request: LaunchRequest) -> list[str]:
         return self._with_environment([find_tool("horovodrun") or "horovodrun", "--gloo", "-np", str(request.ranks),
-                                       "-H", f"localhost:{request.ranks}", request.python, "-m", request.module,
+                                       "-H", f"localhost:{request.ranks}", request.rank_python or request.python, "-m", request.module,
                                        *request.args])
 
 

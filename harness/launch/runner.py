@@ -18,11 +18,14 @@ from harness.common.jsonio import remove_orphaned_temporaries, write_json_atomic
 from harness.config.cells import AccuracyCell, Cell
 from harness.launch.launchers import Launcher, LaunchRequest, with_harness_importable
 from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token
+from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.rankenv import free_port
+from harness.rank.runtime import rank_interpreter
 from harness.rank.spec import RankOptions, WorkerSpec
 from harness.rank.workload import Workload
 
-ProgressFn = Callable[[str], None]
+StatusLineFn = Callable[[str], None]
+"""Called with a one-line status of the launch each time it changes."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -132,7 +135,7 @@ def _describe_errors(errors: list[dict]) -> str:
 
 def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Launcher, *, workdir: Path,
              limits: RunLimits = RunLimits(), options: RankOptions = RankOptions(), master_addr: str | None = None,
-             on_progress: ProgressFn | None = None) -> CellRun:
+             on_progress: StatusLineFn | None = None) -> CellRun:
     """Run ``cell`` through ``launcher`` with its files under ``workdir/<cell id>``; ``workload`` is
     None for the accuracy task (``options.accuracy``)."""
     outdir = workdir / cell.id
@@ -149,7 +152,8 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     master_addr = master_addr or launcher.rendezvous_host()
     request = LaunchRequest(ranks=cell.ranks, module="harness.rank.worker", args=(str(spec_path.resolve()),),
                             job_name=f"dlscale-{cell.id}-{token[:8]}", master_port=free_port(),
-                            master_addr=master_addr, token=token, cores_per_rank=options.cores_per_rank)
+                            master_addr=master_addr, token=token, cores_per_rank=options.cores_per_rank,
+                            rank_python=rank_interpreter(FRAMEWORKS.entry(cell.framework).runtime))
     command = launcher.command(request)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_PORT=str(request.master_port), **{TOKEN_VARIABLE: token})
     if master_addr:
@@ -197,7 +201,7 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
 
 
 def _watch(process: subprocess.Popen, cell: Cell, outdir: Path, limits: RunLimits, started: float,
-           on_progress: ProgressFn | None) -> tuple[str, str | None]:
+           on_progress: StatusLineFn | None) -> tuple[str, str | None]:
     """Wait for the launch to end, or for its first error report, timeout or silence to outlast
     its limit; the status and, when the runner stopped it, why."""
     last_beat, last_line, first_error_at = time.time(), "", None

@@ -5,10 +5,13 @@ from __future__ import annotations
 from harness.common.registry import Entry, Registry
 
 MODELS = Registry("model", {
-    "resnet50": Entry("torchvision.models:resnet50"),
+    "resnet50": Entry("torchvision.models:resnet50", runtimes={"tensorflow": "harness.rank.tfkeras.models:resnet50",
+                                                                "mxnet": "harness.rank.gluon.models:resnet50"}),
     "resnet101": Entry("torchvision.models:resnet101"),
     "resnet152": Entry("torchvision.models:resnet152"),
-    "resnet44": Entry("harness.rank.cifar_resnet:cifar_resnet", {"depth": 44}),
+    "resnet44": Entry("harness.rank.cifar_resnet:cifar_resnet", {"depth": 44},
+                      runtimes={"tensorflow": "harness.rank.tfkeras.models:cifar_resnet",
+                                "mxnet": "harness.rank.gluon.models:cifar_resnet"}),
 })
 
 

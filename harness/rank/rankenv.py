@@ -82,3 +82,15 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("", 0))
         return probe.getsockname()[1]
+
+
+def address_toward(host: str, port: int) -> str | None:
+    """This rank's own address on the route to ``host``: the interface its traffic to the rendezvous
+    leaves by. A UDP connect only picks the route; nothing is sent. None when there is no route."""
+    try:
+        family, _, _, _, target = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(target)
+            return probe.getsockname()[0]
+    except OSError:
+        return None

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Callable, Collection, Iterable, Iterator
-
-import torch
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Iterator
 
 from harness.rank.contention import OutsideWork, runqueue_wait_s
 from harness.rank.frameworks.base import FrameworkAdapter, LossFn
+
+if TYPE_CHECKING:  # the loop itself runs in every runtime, torch's or not
+    import torch
 
 ProgressFn = Callable[[str, int, int], None]
 Sync = Callable[[], None]
@@ -30,6 +31,8 @@ PROBE_STEPS = 3
 
 def device_sync(device: torch.device) -> Sync:
     if device.type == "cuda":
+        import torch
+
         return lambda: torch.cuda.synchronize(device)
     return lambda: None
 
@@ -61,6 +64,31 @@ class ComputeProbe:
         self.model = None
 
 
+class GraphProbe:
+    """A compute probe for runtimes whose step is a graph built (traced, hybridised) on its first
+    call: that call runs untimed, then each call times :meth:`step` between two device syncs."""
+
+    def __init__(self):
+        self._built = False
+
+    def step(self, images, labels) -> None:
+        """Forward and backward of the probe's own model copy."""
+        raise NotImplementedError
+
+    def __call__(self, images, labels, sync: Sync) -> float:
+        if not self._built:
+            self.step(images, labels)
+            self._built = True
+        sync()
+        started = time.perf_counter()
+        self.step(images, labels)
+        sync()
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.model = None
+
+
 class DelayedBatches:
     """``batches`` with ``seconds`` of sleep before each batch: a data-loading slowdown on purpose,
     for the breakdown's own drills (the sleep lands in ``data_wait`` as a slow loader's would)."""
@@ -84,7 +112,7 @@ def _probe(probe: ComputeProbe, batch, count: int, sync: Sync) -> list[float]:
 
 def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, steps: int,
           device: torch.device, progress: ProgressFn, probe: ComputeProbe | None = None,
-          probe_steps: int = PROBE_STEPS, own_cores: Collection[int] | None = None) -> dict:
+          probe_steps: int = PROBE_STEPS, own_cores: Collection[int] | None = None, sync: Sync | None = None) -> dict:
     """Run ``warmup_steps`` untimed then ``steps`` timed training steps; return this rank's samples.
 
     With a ``probe``, ``probe_steps`` local compute probes run on the last warm-up batch just before
@@ -93,15 +121,15 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
     take a batch of their own: every step sees the batches it would see without them.
 
     ``own_cores``: the cores this rank owns alone (bound to them), whose time taken by work outside
-    its process tree is recorded per step.
+    its process tree is recorded per step. ``sync`` waits for the device (default: torch's).
     """
-    sync = device_sync(device)
+    sync = sync or device_sync(device)
     stream = iter(batches)
     step_times: list[float] = []
     data_waits: list[float] = []
     fwd_bwd: list[float] = []
     optimizer: list[float] = []
-    losses: list[torch.Tensor] = []
+    losses: list = []
     probes: list[float] = []
     cpu_waits: list[float] = []
     outside: list[float | None] = []
@@ -133,7 +161,7 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
                 data_waits.append(fetched - started)
                 fwd_bwd.append(computed - fetched)
                 optimizer.append(finished - computed)
-                losses.append(loss.detach())
+                losses.append(loss)  # detached by the adapter; read once the window is over
                 images_seen += images.shape[0]
                 if waited is not None:  # read between steps, outside their timing
                     before, waited = waited, runqueue_wait_s()

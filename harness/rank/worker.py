@@ -20,20 +20,8 @@ from pathlib import Path
 from typing import Iterator
 
 from harness.common.jsonio import write_json_atomic
-from harness.rank.rankenv import RankInfo, read_rank_info
+from harness.rank.rankenv import RankInfo, address_toward, read_rank_info
 from harness.rank.spec import WorkerSpec
-
-
-def address_toward(host: str, port: int) -> str | None:
-    """This rank's own address on the route to ``host``: the interface its traffic to the rendezvous
-    leaves by. A UDP connect only picks the route; nothing is sent. None when there is no route."""
-    try:
-        family, _, _, _, target = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect(target)
-            return probe.getsockname()[0]
-    except OSError:
-        return None
 
 
 class ProgressFile:
@@ -50,18 +38,6 @@ class ProgressFile:
         if now - self.last_write >= self.interval or step == of:
             write_json_atomic(self.path, {"rank": self.rank, "phase": phase, "step": step, "of": of, "time": now})
             self.last_write = now
-
-
-def pick_device(requested: str, rank: RankInfo):
-    import torch
-
-    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    count = torch.cuda.device_count()
-    if rank.local_rank >= count:
-        raise RuntimeError(f"local rank {rank.local_rank} has no GPU: this node shows {count}")
-    torch.cuda.set_device(rank.local_rank)
-    return torch.device("cuda", rank.local_rank)
 
 
 def threads_for(rank: RankInfo, requested: int | None) -> int:
@@ -82,7 +58,7 @@ def framework_on_this_rank(framework: str, ranks: int, batch_per_rank: int, spec
                            f"{rank.world_size}")
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master_addr, str(rank.master_port)
     adapter = FRAMEWORKS.create(framework, **spec.options.framework_options)
-    adapter.configure(batch_size=batch_per_rank)
+    adapter.configure(batch_size=batch_per_rank, workdir=Path(spec.output_dir))
     adapter.setup(rank, device)
     try:
         yield adapter
@@ -91,21 +67,20 @@ def framework_on_this_rank(framework: str, ranks: int, batch_per_rank: int, spec
 
 
 def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
-    import torch
-
     from harness.config.cells import Cell
     from harness.judging.yardstick import run_yardstick
     from harness.machine.binding import bind, bind_near_gpu
     from harness.machine.node import node_facts
     from harness.machine.provenance import package_versions
     from harness.rank.faults import with_fault, with_fault_batches
-    from harness.rank.loaders import LOADERS
-    from harness.rank.models import build_model
-    from harness.rank.trainloop import ComputeProbe, DelayedBatches, train
+    from harness.rank.frameworks import FRAMEWORKS
+    from harness.rank.runtime import RUNTIMES
+    from harness.rank.trainloop import DelayedBatches, train
     from harness.rank.workload import Workload
 
     cell, workload, options = Cell(**spec.cell), Workload(**spec.workload), spec.options
-    device = pick_device(options.device, rank)
+    runtime = RUNTIMES.create(FRAMEWORKS.entry(cell.framework).runtime)
+    device = runtime.pick_device(options.device, rank.local_rank)
     if options.cores_per_rank:
         cores = bind(rank.local_rank, options.cores_per_rank)
     elif device.type == "cuda":
@@ -113,8 +88,8 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     else:
         cores = None
     threads = len(cores) if cores else threads_for(rank, options.threads_per_rank)
-    torch.set_num_threads(threads)
-    torch.manual_seed(workload.seed)
+    runtime.set_threads(threads)
+    runtime.seed(workload.seed)
     progress = with_fault(progress, options.fault, rank.rank)
     progress("setup", 0, 1)
 
@@ -123,21 +98,20 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     # says nothing about a GPU's speed, so GPU cells go without.
     yardstick = run_yardstick() if device.type == "cpu" and options.yardstick else None
     with framework_on_this_rank(cell.framework, cell.ranks, workload.batch_size, spec, rank, device) as adapter:
-        model = build_model(cell.model, workload.num_classes).to(device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=workload.base_lr * rank.world_size,
-                                    momentum=workload.momentum, weight_decay=workload.weight_decay)
-        loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=workload.label_smoothing)
-        probe = ComputeProbe(model, loss_fn)  # copied before any framework hooks the model
+        with adapter.scope():
+            model, optimizer, loss_fn = runtime.build(adapter, cell.model, workload, rank.world_size, device)
+        probe = runtime.probe(model, loss_fn, device)  # before the adapter wraps the model
         adapter.wrap(model, optimizer, loss_fn)
         progress("setup", 1, 1)
-        loader = LOADERS.create(cell.loader, workload=workload, rank=rank, device=device)
+        loader = runtime.loader(cell.loader, workload, rank, device)
         try:
             delay = options.data_delay  # a slow loader on purpose
             batches = (DelayedBatches(loader, delay.seconds)
                        if delay and delay.rank in (None, rank.rank) else loader)
             batches = with_fault_batches(batches, progress)  # a 'slow' fault sleeps inside the timed steps
             samples = train(adapter, batches, warmup_steps=workload.warmup_steps, steps=workload.steps,
-                            device=device, progress=progress, probe=probe, own_cores=cores)
+                            device=device, progress=progress, probe=probe, own_cores=cores,
+                            sync=runtime.sync(device))
         finally:
             loader.close()
         framework_settings = adapter.settings()
@@ -170,9 +144,11 @@ def run_accuracy_task(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     from harness.machine.node import node_facts
     from harness.tasks.accuracy import run_accuracy
 
+    from harness.rank.torch_runtime import TorchRuntime
+
     cell, settings = spec.cell, spec.options.accuracy
     torch.set_num_threads(threads_for(rank, spec.options.threads_per_rank))
-    device = pick_device(spec.options.device, rank)
+    device = TorchRuntime().pick_device(spec.options.device, rank.local_rank)
     with framework_on_this_rank(cell["framework"], cell["ranks"], cell["batch_per_rank"], spec, rank,
                                 device) as adapter:
         outcome = run_accuracy(adapter, rank=rank, device=device, schedule=cell["schedule"],

@@ -17,6 +17,12 @@ from harness.report.tables import format_interval
 
 REFERENCE_FRAMEWORK = "ddp"
 
+SEED_002 = "002_6e34a6e4352ca902.txt"
+SEED_002_QUOTE = ("the theDistributedDataParallelfeatures in the Pytorch library seem to be the most efficient "
+                  "framework for distributing the training process across many devices, allowing to reach a "
+                  "throughput speedup of 10.11 when using 12 NVidia Tesla V100GPUs when training Resnet44 on the "
+                  "CIFAR10 dataset.")  # as extracted, words run together
+"""Seed 002's scaling figure for ResNet44 (E_G 10.11 / 12 = 0.84 at 12 GPUs), beside the E_G column."""
 SEED_004 = "004_329eebec84006829.txt"
 SEED_004_QUOTE = ("Overall, in synchronous learning setups, TensorFlow is slower compared to PyTorch by average "
                   "2.65X, while the latter lags MXNet by average 1.38X.")
@@ -36,6 +42,10 @@ PUBLISHED_RATIOS = {
     "mxnet": PublishedRatio(framework="mxnet", ratio=1.38, source=SEED_004, quote=SEED_004_QUOTE),
 }
 """Seed 004 measured image classification on CPU clusters; dlscale's frameworks it names."""
+
+PUBLISHED_NOTES = ((SEED_004, SEED_004_QUOTE, "CPU clusters; the ratios in the table's last column"),
+                   (SEED_002, SEED_002_QUOTE, "V100 GPUs: E_G 0.84 at 12 GPUs, beside the summary's E_G column"))
+"""What the related studies publish about frameworks side by side: (seed, quote, how it reads here)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -24,7 +24,7 @@ from harness.judging.breakdown import PARTS, BreakdownUnavailable, breakdown_row
 from harness.report.collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes,
                                         load_collectives, lower_bound_rows, parameter_count, peak_busbw)
 from harness.report import scaling_model, scaling_validation
-from harness.report.framework_comparison import (REFERENCE_FRAMEWORK, SEED_004, SEED_004_QUOTE, comparison_rows,
+from harness.report.framework_comparison import (PUBLISHED_NOTES, REFERENCE_FRAMEWORK, comparison_rows,
                                                   framework_ratios)
 from harness.report.network import collectives_link
 from harness.report.plots import estimate, plot_history, write_all
@@ -138,9 +138,10 @@ def _framework_section(cells: Sequence[Mapping]) -> str:
     ratios = framework_ratios(measured)
     if not ratios:
         return ""
+    published = "; ".join(f"{html.escape(seed)}, &ldquo;{html.escape(quote)}&rdquo; ({html.escape(reading)})"
+                          for seed, quote, reading in PUBLISHED_NOTES)
     return (f"<h2>Frameworks side by side</h2><p class='note'>Throughput over {REFERENCE_FRAMEWORK}'s on the same "
-            "loader, model and rank count, both cells of this run, with a bootstrap interval. Published: "
-            f"{html.escape(SEED_004)}, &ldquo;{html.escape(SEED_004_QUOTE)}&rdquo; (CPU clusters)</p>"
+            f"loader, model and rank count, both cells of this run, with a bootstrap interval. Published: {published}</p>"
             + _table(comparison_rows(ratios)))
 
 

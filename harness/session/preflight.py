@@ -20,6 +20,7 @@ from harness.machine import allocation
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
 from harness.rank.models import MODELS
+from harness.rank.runtime import unavailable as runtime_unavailable
 from harness.store.baselines import BaselineFile
 from harness.store.history import read as read_history
 
@@ -40,6 +41,9 @@ def matrix_of(options: SuiteOptions) -> Matrix:
             check_name("--launcher", options.launcher, LAUNCHERS)
     except ValueError as error:
         raise SuiteError(str(error)) from None
+    if not matrix.cells():
+        raise SuiteError(f"the matrix holds no cell: no framework's runtime implements "
+                         f"{', '.join(matrix.unimplemented())} (see --help for each option's names)")
     return matrix
 
 
@@ -49,8 +53,18 @@ def default_models(options: SuiteOptions) -> tuple[str, ...]:
 
 
 def skip_reason(cell: Cell | AccuracyCell, gpus: bool, capacity: int, where: str) -> str | None:
-    """Why a cell of the matrix cannot run here (its package missing, no GPU, too few ranks), or None."""
-    missing = FRAMEWORKS.missing(cell.framework) or (isinstance(cell, Cell) and LOADERS.missing(cell.loader))
+    """Why a cell of the matrix cannot run here (its package missing, its runtime lacking the loader or
+    model, no GPU, too few ranks), or None."""
+    runtime = FRAMEWORKS.entry(cell.framework).runtime
+    if isinstance(cell, AccuracyCell) and runtime != "torch":
+        return f"the accuracy task runs in the torch runtime only; {cell.framework} runs in {runtime}'s"
+    if isinstance(cell, Cell):
+        for registry, name in ((LOADERS, cell.loader), (MODELS, cell.model)):
+            if registry.target(name, runtime) is None:
+                return (f"{cell.framework} ({runtime}) has no {registry.kind} {name}; its {registry.kind}s: "
+                        f"{', '.join(n for n in registry.names() if registry.target(n, runtime))}")
+    missing = (runtime_unavailable(runtime, FRAMEWORKS.entry(cell.framework))
+               or (isinstance(cell, Cell) and runtime == "torch" and LOADERS.missing(cell.loader)))
     if missing:
         return missing
     if isinstance(cell, Cell) and LOADERS.entry(cell.loader).needs_gpu and not gpus:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.cells import (Cell, Matrix, accuracy_cells, config_hash, measured_config, parse_cell_id,
+from harness.config.cells import (Cell, Matrix, accuracy_cells, config_hash, implemented, measured_config, parse_cell_id,
                                   parse_names, parse_ranks, scaling_cell)
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
@@ -26,7 +26,7 @@ def test_matrix_orders_each_series_by_rank_count():
 
 
 @pytest.mark.parametrize("field, name, kind", [
-    ("frameworks", "tensorflow", "framework"), ("loaders", "ffcv", "loader"), ("models", "vgg16", "model"),
+    ("frameworks", "jax", "framework"), ("loaders", "ffcv", "loader"), ("models", "vgg16", "model"),
 ])
 def test_unknown_names_list_the_valid_ones(field, name, kind):
     with pytest.raises(ValueError, match=f"unknown {kind} '{name}'; valid names: "):
@@ -54,7 +54,7 @@ def test_every_cell_id_parses_back_to_its_cell():
 
 @pytest.mark.parametrize("cell_id, why", [
     ("ddp-synthetic-resnet49-g1", "unknown model 'resnet49'; valid names: resnet50"),
-    ("tensorflow-synthetic-resnet50-g1", "unknown framework 'tensorflow'"),
+    ("jax-synthetic-resnet50-g1", "unknown framework 'jax'"),
     ("ddp-ffcv-resnet50-g2", "unknown loader 'ffcv'"),
     ("ddp-synthetic-resnet50-g0", "not of the form <framework>-<loader>-<model>-g<ranks>"),
     ("ddp-resnet50-g1", "not of the form"),
@@ -103,9 +103,11 @@ def test_a_backend_reads_no_other_backends_knob():
     for registry in (FRAMEWORKS, LOADERS, MODELS):
         for name in registry.names():
             entry = registry.entry(name)
-            source = Path(importlib.util.find_spec(entry.target.partition(":")[0]).origin).read_text()
-            read = set(re.findall(r"workload\.([a-z_]+)", source)) & knobs
-            assert read <= set(entry.knobs), f"{registry.kind} {name} reads {sorted(read - set(entry.knobs))}"
+            for runtime in registry.runtimes_of(name):  # each implementation's module, unimported
+                module = registry.target(name, runtime).partition(":")[0]
+                source = Path(importlib.util.find_spec(module).origin).read_text()
+                read = set(re.findall(r"workload\.([a-z_]+)", source)) & knobs
+                assert read <= set(entry.knobs), f"{registry.kind} {name} ({runtime}) reads {sorted(read - set(entry.knobs))}"
 
 
 @pytest.mark.parametrize("cell_id, expected", [
@@ -119,3 +121,11 @@ def test_cell_ids_parse_back(cell_id, expected):
 
 def test_a_malformed_cell_id_is_no_scaling_cell():
     assert scaling_cell("accuracy-ddp-step-b32-g1x") is None and scaling_cell("accuracy-ddp-step-b32-g1") is None
+
+
+def test_a_framework_meets_only_what_its_runtime_implements():
+    matrix = Matrix(frameworks=("ddp", "tensorflow"), loaders=("native-tfrecord", "dali-cpu"), models=("resnet50",),
+                    ranks=(1,))
+    assert [cell.id for cell in matrix.cells()] == ["ddp-dali-cpu-resnet50-g1", "tensorflow-native-tfrecord-resnet50-g1"]
+    assert matrix.unimplemented() == ["ddp-native-tfrecord-resnet50", "tensorflow-dali-cpu-resnet50"]
+    assert not implemented("mxnet", "synthetic", "resnet152") and implemented("mxnet", "synthetic", "resnet44")

@@ -134,7 +134,7 @@ class LocalAdapter(FrameworkAdapter):
     def forward_backward(self, images, labels):
         loss = self.loss_fn(self.model(images), labels)
         loss.backward()
-        return loss
+        return loss.detach()
 
     def optimizer_step(self):
         self.optimizer.step()

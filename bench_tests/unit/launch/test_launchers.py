@@ -1,3 +1,4 @@
+import dataclasses
 import os
 
 import pytest
@@ -93,3 +94,15 @@ def test_srun_starts_a_cell_in_the_partition_asked_for_unless_inside_an_allocati
                                                            "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n1"},
                           version=(23, 2))
     assert not any(part.startswith("--partition") for part in inside.command(REQUEST))
+
+
+@pytest.mark.parametrize("name", ["srun", "mpirun", "torchrun"])
+def test_ranks_of_another_runtime_start_in_its_interpreter(name):
+    """TensorFlow's and MXNet's ranks run in their own environment's Python; torchrun itself, which
+    needs torch, stays in the harness's and starts them as a program (--no-python)."""
+    request = dataclasses.replace(REQUEST, rank_python="/venv-tensorflow/bin/python")
+    command = LAUNCHERS.create(name, slurm_env={}).command(request)
+    assert command[-4:] == ["/venv-tensorflow/bin/python", "-m", "harness.rank.worker", "/tmp/spec.json"]
+    if name == "torchrun":
+        assert command[:3] == ["/venv/bin/python", "-m", "torch.distributed.run"]
+        assert command[-5] == "--no-python"

@@ -63,7 +63,7 @@ def test_deepspeed_launcher_says_local_size():
 
 
 def test_a_ranks_own_address_is_the_one_its_route_to_the_rendezvous_leaves_by():
-    from harness.rank.worker import address_toward
+    from harness.rank.rankenv import address_toward
 
     assert address_toward("127.0.0.1", 29500) == "127.0.0.1"
     assert address_toward("no-such-host.invalid", 29500) is None

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from harness.config.cells import Cell
-from harness.report.framework_comparison import PUBLISHED_RATIOS, comparison_rows, framework_ratios
+from harness.report.framework_comparison import PUBLISHED_NOTES, PUBLISHED_RATIOS, comparison_rows, framework_ratios
 
 SEEDS = Path(__file__).resolve().parents[4] / "shared" / "seeds"
 """The related studies' text, beside the checkout in the workplace (not shipped with dlscale)."""
@@ -42,6 +42,6 @@ def test_the_table_quotes_seed_004_where_it_names_the_framework():
 def test_the_published_ratios_are_quoted_from_the_seed_text():
     if not SEEDS.is_dir():
         pytest.skip(f"the seeds' text is not beside this checkout ({SEEDS})")
-    for published in PUBLISHED_RATIOS.values():
-        text = " ".join((SEEDS / published.source).read_text().split())
-        assert published.quote in text
+    quoted = [(published.source, published.quote) for published in PUBLISHED_RATIOS.values()]
+    for source, quote in [*quoted, *((seed, quote) for seed, quote, _ in PUBLISHED_NOTES)]:
+        assert quote in " ".join((SEEDS / source).read_text().split())

@@ -9,10 +9,18 @@ _HOROVOD = {"requires": "horovod", "install": f"{_FRAMEWORKS_SCRIPT} (builds Hor
 _DEEPSPEED = {"requires": "deepspeed", "install": f"pip install 'dlscale[deepspeed]' or {_FRAMEWORKS_SCRIPT}",
               "stack": {"deepspeed": "deepspeed"}}
 
+_TENSORFLOW = {"runtime": "tensorflow", "stack": {"tensorflow": "tensorflow", "keras": "keras"}}
+_MXNET = {"runtime": "mxnet", "stack": {"mxnet": "mxnet"}}
+
 FRAMEWORKS = Registry("framework", {
     "ddp": Entry("harness.rank.frameworks.ddp:DDPAdapter"),
     "horovod": Entry("harness.rank.frameworks.horovod:HorovodAdapter", **_HOROVOD),
     "deepspeed": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", **_DEEPSPEED),
     "deepspeed_zero1": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", {"zero_stage": 1}, **_DEEPSPEED),
     "deepspeed_zero2": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", {"zero_stage": 2}, **_DEEPSPEED),
+    "tensorflow": Entry("harness.rank.frameworks.tensorflow:TensorFlowAdapter", **_TENSORFLOW),
+    "horovod_tf": Entry("harness.rank.frameworks.horovod_tf:HorovodTFAdapter", requires="horovod",
+                        install="bash ci/install_horovod_tf.sh (builds Horovod against TensorFlow)", uses_mpi=True,
+                        runtime="tensorflow", stack={**_TENSORFLOW["stack"], "horovod": "horovod"}),
+    "mxnet": Entry("harness.rank.frameworks.mxnet:MXNetAdapter", **_MXNET),
 })

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import abc
-from typing import Callable
-
-import torch
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from harness.rank.rankenv import RankInfo
 
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+if TYPE_CHECKING:  # adapters of other runtimes than torch's use this interface too
+    import torch
+
+LossFn = Callable[[Any, Any], Any]
 
 
 class FrameworkAdapter(abc.ABC):
@@ -16,12 +19,17 @@ class FrameworkAdapter(abc.ABC):
 
     name: str
 
-    def configure(self, *, batch_size: int) -> None:
-        """Called before :meth:`setup` with the images per rank per step, for adapters that need it."""
+    def configure(self, *, batch_size: int, workdir: Path | None = None) -> None:
+        """Called before :meth:`setup` with the images per rank per step and the launch's directory,
+        which every rank shares (a rendezvous by files), for adapters that need them."""
 
     @abc.abstractmethod
     def setup(self, rank: RankInfo, device: torch.device) -> None:
         """Join the job's process group."""
+
+    def scope(self) -> ContextManager:
+        """Where the runtime builds the model and optimizer (a TensorFlow strategy's scope)."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn) -> None:
@@ -29,7 +37,8 @@ class FrameworkAdapter(abc.ABC):
 
     @abc.abstractmethod
     def forward_backward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Forward and backward pass, gradients averaged over ranks when it returns; the loss."""
+        """Forward and backward pass, gradients averaged over ranks when it returns; the loss, detached
+        from any graph (the loop keeps it until the timed window is over)."""
 
     @abc.abstractmethod
     def optimizer_step(self) -> None:

@@ -36,7 +36,7 @@ class DDPAdapter(FrameworkAdapter):
     def forward_backward(self, images, labels):
         loss = self.loss_fn(self.model(images), labels)
         loss.backward()  # DDP's autograd hooks all-reduce the gradient buckets during backward
-        return loss
+        return loss.detach()
 
     def optimizer_step(self) -> None:
         self.optimizer.step()

@@ -59,7 +59,7 @@ class DeepSpeedAdapter(FrameworkAdapter):
         self.timeout_s = timeout_s
         self.batch_size: int | None = None
 
-    def configure(self, *, batch_size: int) -> None:
+    def configure(self, *, batch_size: int, workdir=None) -> None:
         self.batch_size = batch_size
 
     def setup(self, rank: RankInfo, device: torch.device) -> None:
@@ -98,7 +98,7 @@ class DeepSpeedAdapter(FrameworkAdapter):
     def forward_backward(self, images, labels):
         loss = self.loss_fn(self.engine(images), labels)
         self.engine.backward(loss)  # gradients are averaged over ranks (reduced, for ZeRO) before it returns
-        return loss
+        return loss.detach()
 
     def optimizer_step(self) -> None:
         self.engine.step()  # applies the update and clears the gradients (and, for ZeRO, gathers parameters)

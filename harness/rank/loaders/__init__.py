@@ -12,10 +12,20 @@ def _style(marker: str, linestyle: str) -> dict[str, str]:
     return {"marker": marker, "linestyle": linestyle}
 
 
+_TF = "harness.rank.tfkeras.loaders"
+_MX = "harness.rank.gluon.loaders"
+
 LOADERS = Registry("loader", {
-    "synthetic": Entry("harness.rank.loaders.synthetic:SyntheticLoader", plot_style=_style("o", "-")),
+    "synthetic": Entry("harness.rank.loaders.synthetic:SyntheticLoader", plot_style=_style("o", "-"),
+                       runtimes={"tensorflow": "harness.rank.tfkeras.synthetic:SyntheticLoader",
+                                 "mxnet": "harness.rank.gluon.synthetic:SyntheticLoader"}),
+    # each framework's own pipeline: torch's DataLoader, tf.data, Gluon's DataLoader
     "native": Entry("harness.rank.loaders.native:NativeLoader", knobs=("num_workers",), reads="folder",
-                    plot_style=_style("s", "--")),
+                    plot_style=_style("s", "--"),
+                    runtimes={"tensorflow": f"{_TF}:FolderLoader", "mxnet": f"{_MX}:FolderLoader"}),
+    # TensorFlow's own reader of the TFRecord shards (torch has none: its cells read them through DALI)
+    "native-tfrecord": Entry("", knobs=("num_workers",), reads="tfrecord", plot_style=_style("X", "--"),
+                             runtimes={"tensorflow": f"{_TF}:TFRecordLoader"}),
     "dali-cpu": Entry(_DALI, {"decode_device": "cpu"}, reads="folder", plot_style=_style("^", "-."), **_NEEDS_DALI),
     "dali-cpu-tfrecord": Entry(_DALI, {"decode_device": "cpu", "reader": "tfrecord"}, reads="tfrecord",
                                plot_style=_style("v", "-."), **_NEEDS_DALI),

@@ -5,15 +5,16 @@ import torch
 
 from harness.rank.loaders.base import Loader
 from harness.rank.rankenv import RankInfo
+from harness.rank.synthetic_data import synthetic_batch
 from harness.rank.workload import Workload
 
 
 class SyntheticLoader(Loader):
     def __init__(self, *, workload: Workload, rank: RankInfo, device: torch.device):
-        generator = torch.Generator().manual_seed(workload.seed + rank.rank)
-        size = (workload.batch_size, 3, workload.image_size, workload.image_size)
-        self.images = torch.randn(size, generator=generator).to(device)
-        self.labels = torch.randint(0, workload.num_classes, (workload.batch_size,), generator=generator).to(device)
+        images, labels = synthetic_batch(batch_size=workload.batch_size, image_size=workload.image_size,
+                                         num_classes=workload.num_classes, seed=workload.seed + rank.rank)
+        self.images = torch.from_numpy(images).to(device)
+        self.labels = torch.from_numpy(labels).to(device)
 
     def __iter__(self):
         while True:

@@ -1,0 +1,108 @@
+"""The MXNet runtime's parts that need no MXNet: the ps-lite environment each process of a
+``dist_sync`` job gets from its rank, the checks around starting the scheduler, and the device
+choice made before MXNet loads. Runs in the main environment, which has no mxnet."""
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from harness.rank.frameworks.mxnet import (Loss, MXNetAdapter, claim_port, process_environment,
+                                           wait_until_listening)
+from harness.rank.gluon.runtime import MXNetRuntime, nvidia_gpus_present
+from harness.rank.rankenv import RankInfo
+
+
+def rank_info(rank: int, world_size: int, master_port: int = 29500) -> RankInfo:
+    return RankInfo(rank=rank, world_size=world_size, local_rank=rank, local_world_size=world_size,
+                    master_addr="node-a", master_port=master_port, source="slurm")
+
+
+def test_a_worker_finds_the_scheduler_next_to_the_rendezvous_port():
+    env = process_environment({}, rank_info(1, 2), "worker", node_host="10.0.0.7")
+    assert env == {"DMLC_ROLE": "worker", "DMLC_PS_ROOT_URI": "node-a", "DMLC_PS_ROOT_PORT": "29501",
+                   "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "2", "PORT": "29503", "DMLC_NODE_HOST": "10.0.0.7"}
+
+
+def test_workers_listen_in_rank_order_apart_from_the_scheduler_and_the_server():
+    """ps-lite numbers a host's workers by ascending port: rank order makes kv.rank the launcher's rank."""
+    world = [rank_info(rank, 4) for rank in range(4)]
+    workers = [int(process_environment({}, rank, "worker")["PORT"]) for rank in world]
+    server = int(process_environment({}, world[0], "server")["PORT"])
+    scheduler = int(process_environment({}, world[0], "scheduler")["DMLC_PS_ROOT_PORT"])
+    assert workers == sorted(workers) and len({*workers, server, scheduler}) == 6
+    assert all(process_environment({}, rank, "worker")["DMLC_PS_ROOT_PORT"] == str(scheduler) for rank in world)
+
+
+def test_the_scheduler_binds_every_interface_so_the_rendezvous_may_be_a_host_name():
+    env = process_environment({}, rank_info(0, 2), "scheduler", node_host="10.0.0.7")
+    assert env["DMLC_ROLE"] == "scheduler" and env["DMLC_USE_KUBERNETES"] == "1"
+    assert "PORT" not in env and "DMLC_NODE_HOST" not in env
+
+
+def test_leftover_ps_lite_variables_do_not_reach_the_job():
+    """A DMLC_RANK already set keeps ps-lite from recording the id its scheduler assigns."""
+    base = {"DMLC_RANK": "5", "PORT": "8080", "DMLC_INTERFACE": "ib0", "DLSCALE_RUN_TOKEN": "abc", "PATH": "/bin"}
+    env = process_environment(base, rank_info(0, 2), "server")
+    assert env["DLSCALE_RUN_TOKEN"] == "abc" and env["PATH"] == "/bin"
+    assert "DMLC_RANK" not in env and "DMLC_INTERFACE" not in env and env["PORT"] == "29504"
+
+
+def test_roles_and_ports_out_of_range_are_refused():
+    with pytest.raises(ValueError, match="unknown ps-lite role 'client'"):
+        process_environment({}, rank_info(0, 2), "client")
+    with pytest.raises(ValueError, match="leaves no room above it for ps-lite's 10 ports"):
+        process_environment({}, rank_info(0, 8, master_port=65530), "worker")
+
+
+def test_a_taken_scheduler_port_is_named():
+    with socket.socket() as holder:
+        holder.bind(("", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(RuntimeError, match=f"scheduler port {port} .* is taken"):
+            claim_port(port)
+
+
+def test_a_role_that_exits_before_the_scheduler_listens_is_named():
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    child.wait()
+    with pytest.raises(RuntimeError, match=r"MXNet's server \(pid \d+\) exited with 3"):
+        wait_until_listening("127.0.0.1", port, {"server": child}, timeout_s=5)
+
+
+def test_the_wait_ends_once_the_scheduler_listens():
+    with socket.socket() as scheduler:
+        scheduler.bind(("127.0.0.1", 0))
+        scheduler.listen()
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            wait_until_listening("127.0.0.1", scheduler.getsockname()[1], {"scheduler": child}, timeout_s=5)
+        finally:
+            child.kill()
+            child.wait()
+
+
+def test_the_loop_reads_a_loss_with_float():
+    class Scalar:
+        def asscalar(self):
+            return 2.5
+
+    assert float(Loss(Scalar())) == 2.5
+
+
+def test_an_adapter_that_never_joined_shuts_down_quietly():
+    MXNetAdapter().shutdown()
+
+
+def test_a_cpu_rank_is_placed_without_loading_mxnet(tmp_path):
+    assert str(MXNetRuntime().pick_device("cpu", 0)) == "cpu"
+    assert "mxnet" not in sys.modules
+    assert not nvidia_gpus_present(tmp_path / "absent")
+    (tmp_path / "gpus").mkdir()
+    assert not nvidia_gpus_present(tmp_path / "gpus")
+    (tmp_path / "gpus" / "0000:17:00.0").mkdir()
+    assert nvidia_gpus_present(tmp_path / "gpus")

@@ -1,0 +1,30 @@
+"""Random tensors made once: training without any I/O, as harness.rank.loaders.synthetic for torch."""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from harness.rank.synthetic_data import synthetic_batch
+
+
+class Batches:
+    """A tf.data pipeline as the training loop takes a loader: endless batches, settings, close."""
+
+    def __init__(self, dataset: tf.data.Dataset, settings: dict):
+        self._iterator = iter(dataset)
+        self._settings = settings
+
+    def __iter__(self):
+        return self._iterator
+
+    def settings(self) -> dict:
+        return dict(self._settings)
+
+    def close(self) -> None:
+        self._iterator = None
+
+
+def SyntheticLoader(*, workload, rank) -> Batches:  # noqa: N802 - a loader is made by calling its name
+    images, labels = synthetic_batch(batch_size=workload.batch_size, image_size=workload.image_size,
+                                     num_classes=workload.num_classes, seed=workload.seed + rank.rank)
+    batch = tf.constant(images.transpose(0, 2, 3, 1)), tf.constant(labels.astype("int32"))  # NHWC, as Keras takes it
+    return Batches(tf.data.Dataset.from_tensors(batch).repeat(), {})
