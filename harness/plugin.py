@@ -18,6 +18,7 @@ import pytest
 
 from harness.common.interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
 from harness.config.cells import DEFAULT_MATRIX
+from harness.judging.servers import server_rows
 from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import RunLimits
 from harness.rank.frameworks import FRAMEWORKS
@@ -75,6 +76,8 @@ OPTIONS = (
     ("--steps", "steps", "timed steps per cell (overrides the profile)", int),
     ("--warmup-steps", "warmup_steps", "untimed warm-up steps per cell (overrides the profile)", int),
     ("--num-workers", "num_workers", "DataLoader workers per rank (overrides the profile)", int),
+    ("--ps-servers", "ps_servers", "parameter-server cells (torch-ps-sync, torch-ps-async): how many of a "
+                                   "cell's ranks serve, the last ones (default 1); the others train", int),
     ("--cores-per-rank", "cores_per_rank", "CPU cells: cores each rank owns, bound by the launcher or the rank "
                                            "(default: the node's cores over the most ranks a cell puts on it)", int),
     ("--cell-timeout", "cell_timeout", "seconds a cell may take in all", float),
@@ -373,6 +376,11 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
         terminalreporter.write_line(format_table(comparison_rows(ratios)))
         for seed, quote, reading in PUBLISHED_NOTES:
             terminalreporter.write_line(f"  published, {seed} ({reading}): \"{quote}\"")
+    served = [(result.cell.id, result.servers, result.breakdown.slowest.shares() if result.breakdown else None)
+              for result in suite.results if result.servers]
+    if served:
+        terminalreporter.write_line("parameter servers (timed windows; a worker's optimizer step waits for them):")
+        terminalreporter.write_line(format_table(server_rows(served)))
     counts = collections.Counter(result.verdict for result in suite.results)
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
     for result in suite.results:

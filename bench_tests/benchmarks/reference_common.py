@@ -49,16 +49,18 @@ def window_threads(before: dict[int, tuple[float, float]], after: dict[int, tupl
             "busiest_other_ran_s": max((ran for ran, _ in others), default=0.0), "threads": len(after)}
 
 
-def timed_window(step: Callable[[], Any], steps: int) -> tuple[list[float], float, dict, Any]:
-    """``steps`` calls of ``step``, each timed (on the CPU every kernel has finished when the call
-    returns): the step times, the window, its threads' times (:func:`window_threads`) and the last
-    step's result."""
+def timed_window(step: Callable[[], Any], steps: int,
+                 finish: Callable[[], None] = lambda: None) -> tuple[list[float], float, dict, Any]:
+    """``steps`` calls of ``step``, each timed up to ``finish`` (waiting for the device's kernels; on
+    the CPU every kernel has finished when the call returns): the step times, the window, its
+    threads' times (:func:`window_threads`) and the last step's result."""
     step_times: list[float] = []
     threads_before = thread_times()
     window_start = time.perf_counter()
     for _ in range(steps):
         started = time.perf_counter()
         result = step()
+        finish()
         step_times.append(time.perf_counter() - started)
     window = time.perf_counter() - window_start
     return step_times, window, window_threads(threads_before, thread_times()), result

@@ -6,8 +6,10 @@ on the harness's synthetic ResNet50 workload: what the harness's cells are check
         --framework ddp|horovod|deepspeed --batch 16 --image-size 32 --classes 100 \
         --warmup 5 --steps 50 --out DIR
 
-Each rank uses as many threads as the launcher gave it cores, warms up, meets the others at a
-barrier, times every step with ``time.perf_counter`` and writes ``DIR/rank<R>.json``: its step
+Each rank computes on its local rank's GPU where there are GPUs (NCCL), else on the CPU (Gloo),
+uses as many threads as the launcher gave it cores, warms up, meets the others at a barrier, times
+every step with ``time.perf_counter`` (on a GPU up to the end of the step's kernels, as the
+examples' per-step ``loss.item()`` waits for them) and writes ``DIR/rank<R>.json``: its step
 times, images and timed window, and how long each of its threads ran on a CPU and waited for one
 during the window (``/proc/self/task/*/schedstat``, read only at the window's ends), which shows
 what a framework's helper threads take from the training thread on the rank's cores. The optimizer and loss settings default to the harness's cells'
@@ -29,6 +31,7 @@ from bench_tests.benchmarks.reference_common import parse, timed_window
 
 Step = Callable[[], torch.Tensor]
 Barrier = Callable[[], None]
+Loop = tuple[int, Step, Barrier]
 
 
 def torchrun_style_environment() -> None:
@@ -41,20 +44,30 @@ def torchrun_style_environment() -> None:
     os.environ.setdefault("MASTER_PORT", "29500")
 
 
-def model_and_optimizer(args: argparse.Namespace, world_size: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    model = torchvision.models.resnet50(weights=None, num_classes=args.classes)
+def rank_device(local_rank: int) -> torch.device:
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def model_and_optimizer(args: argparse.Namespace, world_size: int,
+                        device: torch.device) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = torchvision.models.resnet50(weights=None, num_classes=args.classes).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * world_size, momentum=args.momentum,
                                 weight_decay=args.weight_decay)
     return model, optimizer
 
 
-def ddp_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch.Tensor) -> tuple[int, Step, Barrier]:
+def ddp_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch.Tensor) -> Loop:
     import torch.distributed as dist
 
     torchrun_style_environment()
-    dist.init_process_group("gloo")
-    model, optimizer = model_and_optimizer(args, dist.get_world_size())
-    model = torch.nn.parallel.DistributedDataParallel(model)
+    device = rank_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    model, optimizer = model_and_optimizer(args, dist.get_world_size(), device)
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=None if device.type == "cpu" else [device.index])
+    images, labels = images.to(device), labels.to(device)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
 
     def step() -> torch.Tensor:
@@ -67,11 +80,13 @@ def ddp_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch.Tenso
     return dist.get_rank(), step, dist.barrier
 
 
-def horovod_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch.Tensor) -> tuple[int, Step, Barrier]:
+def horovod_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch.Tensor) -> Loop:
     import horovod.torch as hvd
 
     hvd.init()
-    model, optimizer = model_and_optimizer(args, hvd.size())
+    device = rank_device(hvd.local_rank())
+    model, optimizer = model_and_optimizer(args, hvd.size(), device)
+    images, labels = images.to(device), labels.to(device)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), op=hvd.Average)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
@@ -87,13 +102,16 @@ def horovod_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch.T
     return hvd.rank(), step, hvd.barrier
 
 
-def deepspeed_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch.Tensor) -> tuple[int, Step, Barrier]:
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+def deepspeed_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch.Tensor) -> Loop:
+    torchrun_style_environment()
+    device = rank_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if device.type == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
 
-    torchrun_style_environment()
-    deepspeed.init_distributed(dist_backend="gloo")
-    model, optimizer = model_and_optimizer(args, deepspeed.comm.get_world_size())
+    deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo")
+    model, optimizer = model_and_optimizer(args, deepspeed.comm.get_world_size(), device)
+    images, labels = images.to(device), labels.to(device)
     config = {"train_micro_batch_size_per_gpu": args.batch, "gradient_accumulation_steps": 1,
               "zero_optimization": {"stage": 0}, "gradient_clipping": 0.0, "steps_per_print": 2**31 - 1}
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
@@ -108,6 +126,10 @@ def deepspeed_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch
     return deepspeed.comm.get_rank(), step, deepspeed.comm.barrier
 
 
+def device_finish() -> Callable[[], None]:
+    return torch.cuda.synchronize if torch.cuda.is_initialized() else lambda: None
+
+
 LOOPS = {"ddp": ddp_loop, "horovod": horovod_loop, "deepspeed": deepspeed_loop}
 
 
@@ -120,15 +142,18 @@ def main(argv: list[str]) -> int:
     labels = torch.randint(0, args.classes, (args.batch,))
     rank, step, barrier = LOOPS[args.framework](args, images, labels)
 
+    finish = device_finish()
     for _ in range(args.warmup):
         step()
+    finish()
     barrier()  # every rank starts the timed window together
-    step_times, window, threads, loss = timed_window(step, args.steps)
+    step_times, window, threads, loss = timed_window(step, args.steps, finish=finish)
 
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps({
         "framework": args.framework, "rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
-        "cores": cores, "threads": torch.get_num_threads(), "step_times": step_times,
+        "cores": cores, "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name() if torch.cuda.is_initialized() else "cpu", "step_times": step_times,
         "images": args.batch * args.steps, "window_s": window, "final_loss": float(loss.detach()),
         "window_threads": threads,
     }))

@@ -5,6 +5,10 @@ the same launcher object with the same binding and environment.
 
     DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_reference_loops.py -s
 
+On a GPU node, ``DLSCALE_REFERENCE_DEVICE=cuda`` compares the study's workload (224 px, 64 images
+per GPU) instead, a GPU per rank, through torchrun; ``DLSCALE_REFERENCE_FRAMEWORKS`` and
+``DLSCALE_REFERENCE_RANKS`` (comma-separated) pick the rows.
+
 Harness and reference alternate over interleaved rounds (the order flips from one launch pair to
 the next), and both are reduced by the same definitions: the suite's figure (MSER-5 warm-up
 trimmed, all ranks' images over the sum of each step's slowest-rank time) and the plain one (all
@@ -22,6 +26,7 @@ import statistics
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Mapping
 
 import pytest
 
@@ -36,16 +41,34 @@ from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.rankenv import free_port
 from harness.rank.runtime import rank_interpreter
 from harness.rank.spec import RankOptions
+from harness.rank.workload import Workload
 
 ROUNDS = 3
 COMPARED = ("ddp", "horovod", "deepspeed", "tensorflow")
-RANK_COUNTS = (1, 2)
-CORES_PER_RANK = 1
 MIN_RATIO = 0.97
-WORKLOAD = PROFILES["cpu-small"].workload
 REFERENCE_MODULES = {"tensorflow": "bench_tests.benchmarks.reference_loop_keras"}
 """Each framework's reference loop, where it is not reference_loops.py (another runtime's interpreter)."""
 TIMEOUT_S = 600
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Setting:
+    device: str
+    workload: Workload
+    launcher: str
+    frameworks: tuple[str, ...]
+    ranks: tuple[int, ...]
+    cores_per_rank: int | None
+    """None on a GPU: each rank binds near its GPU."""
+
+
+def setting(env: Mapping[str, str] = os.environ) -> Setting:
+    gpu = env.get("DLSCALE_REFERENCE_DEVICE", "cpu") == "cuda"
+    return Setting(device="cuda" if gpu else "cpu", workload=PROFILES["study" if gpu else "cpu-small"].workload,
+                   launcher="torchrun" if gpu else "mpirun",
+                   frameworks=tuple(env.get("DLSCALE_REFERENCE_FRAMEWORKS", ",".join(COMPARED)).split(",")),
+                   ranks=tuple(int(count) for count in env.get("DLSCALE_REFERENCE_RANKS", "1,2").split(",")),
+                   cores_per_rank=None if gpu else 1)
 
 
 @pytest.fixture(autouse=True)
@@ -71,29 +94,31 @@ def throughput(records: list[dict], cpu_wait: float | None) -> Throughput:
                       cpu_wait=cpu_wait)
 
 
-def run_harness(framework: str, ranks: int, launcher: Launcher, workdir: Path) -> Throughput:
+def run_harness(framework: str, ranks: int, launcher: Launcher, workdir: Path, compared: Setting) -> Throughput:
     cell = Cell(framework=framework, loader="synthetic", model="resnet50", ranks=ranks)
-    run = run_cell(cell, WORKLOAD, launcher, workdir=workdir,
-                   options=RankOptions(device="cpu", cores_per_rank=CORES_PER_RANK))
+    run = run_cell(cell, compared.workload, launcher, workdir=workdir,
+                   options=RankOptions(device=compared.device, cores_per_rank=compared.cores_per_rank))
     assert run.ok, f"{cell.id}: {run.error}"
     return throughput(run.records, wait_share(run.records))
 
 
-def run_reference(framework: str, ranks: int, launcher: Launcher, workdir: Path) -> Throughput:
+def run_reference(framework: str, ranks: int, launcher: Launcher, workdir: Path, compared: Setting) -> Throughput:
     """The reference loop through ``launcher``, its environment prepared as harness.launch.runner prepares a cell's."""
     out = workdir / f"reference-{framework}-g{ranks}"
     shutil.rmtree(out, ignore_errors=True)
     token = uuid.uuid4().hex
-    args = ("--framework", framework, "--batch", str(WORKLOAD.batch_size), "--image-size", str(WORKLOAD.image_size),
-            "--classes", str(WORKLOAD.num_classes), "--warmup", str(WORKLOAD.warmup_steps),
-            "--steps", str(WORKLOAD.steps), "--lr", str(WORKLOAD.base_lr), "--momentum", str(WORKLOAD.momentum),
-            "--weight-decay", str(WORKLOAD.weight_decay), "--label-smoothing", str(WORKLOAD.label_smoothing),
+    workload = compared.workload
+    args = ("--framework", framework, "--batch", str(workload.batch_size), "--image-size", str(workload.image_size),
+            "--classes", str(workload.num_classes), "--warmup", str(workload.warmup_steps),
+            "--steps", str(workload.steps), "--lr", str(workload.base_lr), "--momentum", str(workload.momentum),
+            "--weight-decay", str(workload.weight_decay), "--label-smoothing", str(workload.label_smoothing),
             "--out", str(out.resolve()))
     module = REFERENCE_MODULES.get(framework, "bench_tests.benchmarks.reference_loops")
     request = LaunchRequest(ranks=ranks, module=module, args=args, master_port=free_port(),
                             rank_python=rank_interpreter(FRAMEWORKS.entry(framework).runtime),
                             job_name=f"dlscale-reference-{framework}-g{ranks}-{token[:8]}",
-                            master_addr=launcher.rendezvous_host(), token=token, cores_per_rank=CORES_PER_RANK)
+                            master_addr=launcher.rendezvous_host(), token=token,
+                            cores_per_rank=compared.cores_per_rank)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_PORT=str(request.master_port), **{TOKEN_VARIABLE: token})
     if request.master_addr:
         env["MASTER_ADDR"] = request.master_addr
@@ -113,10 +138,11 @@ def run_reference(framework: str, ranks: int, launcher: Launcher, workdir: Path)
 
 
 def test_harness_matches_reference_loops(request, tmp_path):
-    launcher = LAUNCHERS.create("mpirun")
+    compared = setting()
+    launcher = LAUNCHERS.create(compared.launcher)
     if reason := launcher.unavailable_reason():
-        pytest.skip(f"mpirun: {reason}")
-    rows = [(framework, ranks) for framework in COMPARED for ranks in RANK_COUNTS]
+        pytest.skip(f"{compared.launcher}: {reason}")
+    rows = [(framework, ranks) for framework in compared.frameworks for ranks in compared.ranks]
     harness: dict[tuple[str, int], list[Throughput]] = {row: [] for row in rows}
     reference: dict[tuple[str, int], list[Throughput]] = {row: [] for row in rows}
     capture = request.config.pluginmanager.get_plugin("capturemanager")
@@ -126,7 +152,7 @@ def test_harness_matches_reference_loops(request, tmp_path):
             if (round_ + index) % 2:
                 order.reverse()
             for name, run, into in order:
-                measured = run(framework, ranks, launcher, tmp_path)
+                measured = run(framework, ranks, launcher, tmp_path, compared)
                 into[(framework, ranks)].append(measured)
                 with capture.global_and_fixture_disabled():
                     print(f"round {round_ + 1}/{ROUNDS} {framework} x{ranks} {name}: {measured.suite:.1f} img/s "
@@ -143,9 +169,10 @@ def test_harness_matches_reference_loops(request, tmp_path):
             theirs = [getattr(t, definition) for t in reference[(framework, ranks)]]
             ratios = [a / b for a, b in zip(ours, theirs)]
             efficiency = "-"
-            if ranks != min(RANK_COUNTS):
-                ours_1 = statistics.median(getattr(t, definition) for t in harness[(framework, min(RANK_COUNTS))])
-                theirs_1 = statistics.median(getattr(t, definition) for t in reference[(framework, min(RANK_COUNTS))])
+            fewest = min(compared.ranks)
+            if ranks != fewest:
+                ours_1 = statistics.median(getattr(t, definition) for t in harness[(framework, fewest)])
+                theirs_1 = statistics.median(getattr(t, definition) for t in reference[(framework, fewest)])
                 efficiency = (f"{statistics.median(ours) / ranks / ours_1:.2f} / "
                               f"{statistics.median(theirs) / ranks / theirs_1:.2f}")
             waits = " / ".join(_share(_median_or_none([t.cpu_wait for t in runs[(framework, ranks)]]))

@@ -25,7 +25,7 @@ from harness.launch.launchers import SrunLauncher
 from harness.launch.procs import processes_with_token
 from harness.launch.runner import RunLimits, run_cell
 from harness.rank.faults import Fault
-from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.frameworks import FRAMEWORKS, has_servers
 from harness.rank.runtime import unavailable
 from harness.rank.spec import RankOptions
 from harness.store.history import read as read_history
@@ -188,6 +188,32 @@ def test_a_killed_rank_of_another_runtime_fails_the_cell_and_leaves_nothing(laun
     # rank 1 is named: by its error report, or among the ranks srun's kill-on-bad-exit left silent
     assert re.search(r"rank1 |rank\(s\) (\d+, )*1\b", run.error), run.error
     assert processes_with_token(run.token) == [] and pids_with(run.token.encode()) == []
+
+
+@pytest.mark.parametrize("launcher", ["srun"], indirect=True)
+@pytest.mark.parametrize("framework", [name for name in FRAMEWORKS.names() if has_servers(name)])
+def test_a_killed_parameter_server_fails_the_cell_names_it_and_leaves_nothing(launcher, framework, tmp_path, request,
+                                                                            monkeypatch):
+    """The server (rank 2, beside workers 0 and 1) dies at its second timed update: the workers'
+    next push finds no server, the cell fails before the heartbeat timeout, the error names the
+    server, and every process of the launch is gone."""
+    cell = Cell(framework=framework, loader="synthetic", model="resnet44", ranks=3)
+    heartbeat = 60
+    with Watch(tmp_path / cell.id / "spec.json", monkeypatch) as watch:
+        run = run_cell(cell, TINY.replace(steps=20), launcher, workdir=tmp_path,
+                       limits=RunLimits(heartbeat_s=heartbeat),
+                       options=RankOptions(fault=Fault(rank=2, kind="exit", at_step=2)))
+        returned = time.time()
+        time.sleep(0.3)
+    if queued_too_long(run):
+        pytest.skip("the cell waited in the Slurm queue past the heartbeat: not the drill")
+    assert run.status == "failed", run.error
+    assert re.search(r"parameter server ps0 \(rank 2\)|rank\(s\) (\d+, )*2\b", run.error), run.error
+    assert processes_with_token(run.token) == [] and pids_with(run.token.encode()) == []
+    struck = watch.worker_last_seen(2)
+    report(request, "killed parameter server", f"{launcher.name} {framework}",
+           server_killed_to_runner_decided=watch.decided - struck, runner_clean_up=returned - watch.decided)
+    assert watch.decided - struck < heartbeat, "a dead server was noticed only by the heartbeat"
 
 
 def queued_too_long(run) -> bool:

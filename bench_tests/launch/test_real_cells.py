@@ -10,7 +10,7 @@ from harness.config.cells import Cell, implemented
 from harness.launch.launchers import LAUNCHERS, with_harness_importable
 from harness.launch.procs import processes_with_token
 from harness.launch.runner import run_cell
-from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.frameworks import FRAMEWORKS, has_servers, training_ranks
 from harness.rank.loaders import LOADERS
 from harness.rank.runtime import unavailable
 
@@ -44,12 +44,16 @@ def test_ddp_cell_runs_on_every_rank(launcher, loader, ranks, tmp_path, tiny_dat
 
 # Every registered framework with every loader a CPU runs, at 1 and 2 ranks through srun (DDP's
 # synthetic and native cells are above, through all three launchers), and each framework's own
-# launcher once. A backend added to a registry is tested here without a line changed.
+# launcher once. A backend added to a registry is tested here without a line changed. A
+# parameter-server framework trains on one and two workers beside its server, on the synthetic
+# loader (the loaders are the torch frameworks' own, tested above).
 FRAMEWORK_CELLS = [
     *[(framework, "srun", loader, ranks)
       for framework in FRAMEWORKS.names()
       for loader in LOADERS.names() if not LOADERS.entry(loader).needs_gpu and implemented(framework, loader, "resnet50")
-      for ranks in (1, 2) if framework != "ddp" or loader not in ("synthetic", "native")],
+      and (loader == "synthetic" or not has_servers(framework))
+      for ranks in ((2, 3) if has_servers(framework) else (1, 2))
+      if framework != "ddp" or loader not in ("synthetic", "native")],
     ("horovod", "horovodrun", "synthetic", 2),
     ("deepspeed", "deepspeed", "synthetic", 2),
     # the other runtimes' ranks through the other launchers too (torchrun runs in torch's interpreter
@@ -64,14 +68,17 @@ FRAMEWORK_CELLS = [
 def test_every_framework_and_loader_trains_on_every_rank(framework, launcher, loader, ranks, tmp_path, tiny_dataset,
                                                         tiny_tfrecords):
     runtime = FRAMEWORKS.entry(framework).runtime
-    reason = unavailable(runtime, FRAMEWORKS.entry(framework)) or (runtime == "torch" and LOADERS.missing(loader))
+    reason = (unavailable(runtime, FRAMEWORKS.entry(framework))
+              or (runtime == "torch" and LOADERS.missing(loader)))
     if reason:
         pytest.skip(reason)
     cell = Cell(framework=framework, loader=loader, model="resnet50", ranks=ranks)
     workload = TINY.replace(data_dir=str(tiny_dataset), tfrecord_dir=str(tiny_tfrecords), dali_threads=1)
     run = run_cell(cell, workload, launcher, workdir=tmp_path)
     assert run.ok, run.error
-    assert sorted(r["rank"] for r in run.records) == list(range(ranks))
+    trained = training_ranks(framework, ranks, workload.ps_servers)
+    assert sorted(r["rank"] for r in run.records) == list(range(trained))
+    assert sorted(r["rank"] for r in run.server_records) == list(range(trained, ranks))
     for record in run.records:
         assert record["images"] == TINY.steps * TINY.batch_size
         assert all(math.isfinite(loss) for loss in record["losses"])

@@ -107,7 +107,8 @@ def implemented(framework: str, loader: str, model: str) -> bool:
 
 
 DEFAULT_MATRIX = Matrix(
-    frameworks=("ddp", "horovod", "deepspeed", "deepspeed_zero1", "deepspeed_zero2", "tensorflow", "horovod_tf", "mxnet"),
+    frameworks=("ddp", "horovod", "deepspeed", "deepspeed_zero1", "deepspeed_zero2", "tensorflow", "horovod_tf",
+                "mxnet"),
     loaders=("synthetic", "native", "native-tfrecord", "dali-cpu", "dali-cpu-tfrecord"))
 
 

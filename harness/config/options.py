@@ -16,7 +16,7 @@ DEFAULT_MEASURE_BUDGET_S = 90.0
 cell imprecise or inconclusive (at 45 s, none ever fitted: every history row had one launch)."""
 DEVICES = ("auto", "cpu", "cuda")
 AT_LEAST = {"image_size": 1, "batch_size": 1, "steps": 1, "warmup_steps": 0, "num_workers": 0, "repeat": 1,
-            "measure_budget": 0, "cores_per_rank": 1}
+            "measure_budget": 0, "cores_per_rank": 1, "ps_servers": 1}
 ABOVE_ZERO = ("precision", "widest_baseline", "cell_timeout", "hang_timeout")
 
 
@@ -43,6 +43,8 @@ class SuiteOptions:
     steps: int | None = None
     warmup_steps: int | None = None
     num_workers: int | None = None
+    ps_servers: int | None = None
+    """Parameter-server cells: how many of each launch's ranks serve (default 1)."""
     cores_per_rank: int | None = None
     """CPU cells: cores each rank owns (harness.machine.binding); None: the node's cores over the largest
     number of ranks a cell of the session puts on one node."""

@@ -96,7 +96,11 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
         "device": _agreed(str(r.get("device", "")).split(":")[0] or None for r in records),
         "threads_per_rank": _agreed(r.get("threads") for r in records),
         "cores_per_rank": _agreed(len(r["cores"]) if r.get("cores") else None for r in records),
+        "processes_per_node": _agreed(r.get("local_world_size") for r in records),
     }
+    cores = nodes.get("cores")
+    if not gpu and isinstance(cores, int) and any((r.get("local_world_size") or 0) > cores for r in records):
+        hardware["oversubscribed"] = "more processes than cores on a node: they share them"
     if gpu:
         hardware["gpu"] = nodes.get("gpu")
         hardware["gpus_per_node"] = nodes.get("gpus_per_node")

@@ -39,6 +39,9 @@ class LaunchRequest:
     """The run token every process of the launch carries (``DLSCALE_RUN_TOKEN``)."""
     cores_per_rank: int | None = None
     """CPU cells: cores each rank owns (harness.machine.binding), bound by launchers that can."""
+    share_cores: bool = False
+    """More processes than the cores they were given may run, sharing them (a parameter-server
+    cell's servers beside its workers): srun asks for ``--overcommit``, mpirun ``--oversubscribe``."""
     export: tuple[str, ...] = ("MASTER_ADDR", "MASTER_PORT", "DLSCALE_RUN_TOKEN", "PYTHONPATH", "PYTHONUNBUFFERED")
     """Variables a launcher that does not forward the whole environment must pass on."""
 
@@ -199,6 +202,8 @@ class SrunLauncher(Launcher):
         step = allocation.srun_step_options(job, request.ranks, version)
         if request.cores_per_rank:
             step += [f"--cpus-per-task={request.cores_per_rank}", "--cpu-bind=cores"]
+        elif request.share_cores:
+            step.append("--overcommit")
         if self.partition and job is None:  # inside an allocation, its partition is the job's
             step.append(f"--partition={self.partition}")
         return self._with_environment(["srun", f"--ntasks={request.ranks}", *step, "--kill-on-bad-exit=1",
@@ -250,7 +255,7 @@ class MpirunLauncher(Launcher):
         if request.cores_per_rank:
             binding = ["--map-by", f"slot:PE={request.cores_per_rank}", "--bind-to", "core"]
         else:
-            binding = ["--bind-to", "none"]
+            binding = ["--bind-to", "none", *(["--oversubscribe"] if request.share_cores else [])]
         command = ["mpirun", "-np", str(request.ranks), *binding]
         if os.geteuid() == 0:
             command.append("--allow-run-as-root")
@@ -335,8 +340,8 @@ class HorovodrunLauncher(Launcher):
 
     def command(self, request: LaunchRequest) -> list[str]:
         return self._with_environment([find_tool("horovodrun") or "horovodrun", "--gloo", "-np", str(request.ranks),
-                                       "-H", f"localhost:{request.ranks}", request.rank_python or request.python, "-m", request.module,
-                                       *request.args])
+                                       "-H", f"localhost:{request.ranks}", request.rank_python or request.python,
+                                       "-m", request.module, *request.args])
 
 
 class DeepspeedLauncher(Launcher):

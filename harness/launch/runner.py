@@ -18,7 +18,7 @@ from harness.common.jsonio import remove_orphaned_temporaries, write_json_atomic
 from harness.config.cells import AccuracyCell, Cell
 from harness.launch.launchers import Launcher, LaunchRequest, with_harness_importable
 from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token
-from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.frameworks import FRAMEWORKS, has_servers
 from harness.rank.rankenv import free_port
 from harness.rank.runtime import rank_interpreter
 from harness.rank.spec import RankOptions, WorkerSpec
@@ -47,6 +47,7 @@ class CellRun:
     status: str
     """"ok", "failed", "timeout" or "hung"."""
     records: list[dict]
+    """The training ranks' records."""
     error: str | None
     wall_s: float
     log_path: Path
@@ -56,6 +57,8 @@ class CellRun:
     """Processes of the launch still alive on this node after the launcher ended, then killed."""
     orphans_elsewhere: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     """The same on the launch's other nodes (launchers that reach them), by node."""
+    server_records: list[dict] = dataclasses.field(default_factory=list)
+    """The serving ranks' records (parameter servers: ``"role": "server"``)."""
 
     @property
     def ok(self) -> bool:
@@ -153,6 +156,7 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     request = LaunchRequest(ranks=cell.ranks, module="harness.rank.worker", args=(str(spec_path.resolve()),),
                             job_name=f"dlscale-{cell.id}-{token[:8]}", master_port=free_port(),
                             master_addr=master_addr, token=token, cores_per_rank=options.cores_per_rank,
+                            share_cores=has_servers(cell.framework),
                             rank_python=rank_interpreter(FRAMEWORKS.entry(cell.framework).runtime))
     command = launcher.command(request)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_PORT=str(request.master_port), **{TOKEN_VARIABLE: token})
@@ -179,14 +183,15 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
             orphans, orphans_elsewhere, cleanup_error = _end(process, token, launcher, request, limits, outdir)
     wall = time.monotonic() - started
 
-    records = _read_all(outdir, "record-*.json")
+    everyone = _read_all(outdir, "record-*.json")
+    records = [record for record in everyone if record.get("role") != "server"]
     errors = _read_all(outdir, "error-*.json")
     problems = [error] if error else []
     if cleanup_error:
         problems.append(cleanup_error)
     if errors:
         problems.append(_describe_errors(errors))
-    silent = _silent_ranks(cell, records, errors) if status in ("ok", "failed") else ""
+    silent = _silent_ranks(cell, everyone, errors) if status in ("ok", "failed") else ""
     if silent:
         problems.append(f"rank(s) {silent} ended without a record or an error report (killed, or died in "
                         f"native code)")
@@ -197,7 +202,8 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     error = "\n".join(problems) or None
     return CellRun(cell=cell, launcher=launcher.name, command=command, status=status, records=records, error=error,
                    wall_s=wall, log_path=log_path, token=token, orphans_killed=orphans,
-                   orphans_elsewhere=orphans_elsewhere)
+                   orphans_elsewhere=orphans_elsewhere,
+                   server_records=[record for record in everyone if record.get("role") == "server"])
 
 
 def _watch(process: subprocess.Popen, cell: Cell, outdir: Path, limits: RunLimits, started: float,

@@ -15,11 +15,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from harness.common.registry import Entry, Registry
-
-Sync = Callable[[], None]
+from harness.rank.clocks import HostClock, StepClock, Sync
 
 RUNTIMES = Registry("runtime", {
     "torch": Entry("harness.rank.torch_runtime:TorchRuntime", requires="torch"),
@@ -61,8 +60,9 @@ def unavailable(runtime: str, backend: Entry | None = None, env=os.environ) -> s
         found = importlib.util.find_spec(module) is not None if python == sys.executable else \
             _importable_in(python, module)
         if not found:
-            return (f"{what} needs {module}, which {python} cannot import; install: {entry.install} or point "
-                    f"DLSCALE_PYTHON_{runtime.upper()} at a Python that has it")
+            elsewhere = "" if runtime == "torch" else \
+                f" or point DLSCALE_PYTHON_{runtime.upper()} at a Python that has it"
+            return f"{what} needs {module}, which {python} cannot import; install: {entry.install}{elsewhere}"
     return None
 
 
@@ -116,6 +116,10 @@ class RankRuntime(abc.ABC):
     @abc.abstractmethod
     def sync(self, device) -> Sync:
         """Wait until the device has finished the work queued so far."""
+
+    def clock(self, device) -> StepClock:
+        """How the training loop times a step's parts (:mod:`harness.rank.clocks`)."""
+        return HostClock(self.sync(device))
 
     @abc.abstractmethod
     def loader(self, name: str, workload, rank, device):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from harness.rank.clocks import CudaEventClock, StepClock
 from harness.rank.loaders import LOADERS
 from harness.rank.models import build_model
 from harness.rank.runtime import RankRuntime, Sync
@@ -37,6 +38,9 @@ class TorchRuntime(RankRuntime):
 
     def sync(self, device) -> Sync:
         return device_sync(device)
+
+    def clock(self, device) -> StepClock:
+        return CudaEventClock() if device.type == "cuda" else super().clock(device)
 
     def loader(self, name: str, workload, rank, device):
         return LOADERS.create(name, workload=workload, rank=rank, device=device)

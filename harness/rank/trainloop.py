@@ -1,11 +1,12 @@
 """The shared training loop: warm-up steps, then timed steps, the same for every framework.
 
-Each timed step is timed in three back-to-back parts, each ending at a device synchronisation:
-the wait for the batch (``data_wait``), the adapter's ``forward_backward`` (``fwd_bwd``: local
-compute plus whatever gradient communication it does not hide) and its ``optimizer_step``
-(``optimizer``). Between steps, outside their timing, the rank reads how long its threads waited
-for a CPU during the step (``cpu_wait``, :mod:`harness.rank.contention`) and, on cores it owns, how much
-of their time work outside its process tree took (``outside_cpu``). A :class:`ComputeProbe` times
+Each timed step is timed in three back-to-back parts, each ending where the device has finished
+it (:mod:`harness.rank.clocks`): the wait for the batch (``data_wait``), the adapter's
+``forward_backward`` (``fwd_bwd``: local compute plus whatever gradient communication it does not
+hide) and its ``optimizer_step`` (``optimizer``). Once a step is issued, the rank reads how long its
+threads waited for a CPU during the step (``cpu_wait``, :mod:`harness.rank.contention`) and, on cores
+it owns, how much of their time work outside its process tree took (``outside_cpu``): on a CPU the
+step is over by then, and on a GPU the reads overlap its kernels instead of lengthening the step. A :class:`ComputeProbe` times
 forward+backward of a private copy of the model with no communication at all (``compute_probe``),
 before and after the timed window; harness.judging.breakdown splits ``fwd_bwd`` into compute and exposed
 communication with it.
@@ -16,6 +17,7 @@ import copy
 import time
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Iterator
 
+from harness.rank.clocks import HostClock, StepClock, Sync
 from harness.rank.contention import OutsideWork, runqueue_wait_s
 from harness.rank.frameworks.base import FrameworkAdapter, LossFn
 
@@ -23,7 +25,6 @@ if TYPE_CHECKING:  # the loop itself runs in every runtime, torch's or not
     import torch
 
 ProgressFn = Callable[[str, int, int], None]
-Sync = Callable[[], None]
 
 PROBE_STEPS = 3
 """Probe steps before and after the timed window (each side)."""
@@ -112,7 +113,8 @@ def _probe(probe: ComputeProbe, batch, count: int, sync: Sync) -> list[float]:
 
 def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, steps: int,
           device: torch.device, progress: ProgressFn, probe: ComputeProbe | None = None,
-          probe_steps: int = PROBE_STEPS, own_cores: Collection[int] | None = None, sync: Sync | None = None) -> dict:
+          probe_steps: int = PROBE_STEPS, own_cores: Collection[int] | None = None,
+          sync: Sync | None = None, clock: StepClock | None = None) -> dict:
     """Run ``warmup_steps`` untimed then ``steps`` timed training steps; return this rank's samples.
 
     With a ``probe``, ``probe_steps`` local compute probes run on the last warm-up batch just before
@@ -121,9 +123,11 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
     take a batch of their own: every step sees the batches it would see without them.
 
     ``own_cores``: the cores this rank owns alone (bound to them), whose time taken by work outside
-    its process tree is recorded per step. ``sync`` waits for the device (default: torch's).
+    its process tree is recorded per step. ``sync`` waits for the device (default: torch's);
+    ``clock`` times the steps (default: a :class:`HostClock` on ``sync``).
     """
     sync = sync or device_sync(device)
+    clock = clock or HostClock(sync)
     stream = iter(batches)
     step_times: list[float] = []
     data_waits: list[float] = []
@@ -142,28 +146,20 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
             if probe is not None and batch is not None:  # without warm-up, only after the window
                 probes += _probe(probe, batch, probe_steps, sync)
             adapter.barrier()  # every rank starts the timed window together
+            adapter.window_starts()
             waited = runqueue_wait_s()
             outside_work = OutsideWork(own_cores) if own_cores else None
             window_start = time.perf_counter()
         for index in range(count):
-            started = time.perf_counter()
+            clock.start()
             batch = images, labels = next(stream)
-            sync()  # the host-to-device copy belongs to data loading
-            fetched = time.perf_counter()
+            clock.mark()  # the host-to-device copy belongs to data loading
             loss = adapter.forward_backward(images, labels)
-            sync()  # backward's kernels and the gradient collectives it waits for have finished
-            computed = time.perf_counter()
+            clock.mark()  # backward's kernels and the gradient collectives it waits for
             adapter.optimizer_step()
-            sync()  # the update's kernels (and, for ZeRO, its parameter gather) have finished
-            finished = time.perf_counter()
+            clock.mark()  # the update's kernels (and, for ZeRO, its parameter gather)
             if phase == "timed":
-                step_times.append(finished - started)
-                data_waits.append(fetched - started)
-                fwd_bwd.append(computed - fetched)
-                optimizer.append(finished - computed)
-                losses.append(loss)  # detached by the adapter; read once the window is over
-                images_seen += images.shape[0]
-                if waited is not None:  # read between steps, outside their timing
+                if waited is not None:
                     before, waited = waited, runqueue_wait_s()
                     if waited is None:
                         cpu_waits.clear()  # schedstat went away: record nothing rather than a part
@@ -171,6 +167,14 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
                         cpu_waits.append(waited - before)
                 if outside_work is not None:
                     outside.append(outside_work.read())
+            data_wait, compute, update = clock.finish()
+            if phase == "timed":
+                step_times.append(data_wait + compute + update)
+                data_waits.append(data_wait)
+                fwd_bwd.append(compute)
+                optimizer.append(update)
+                losses.append(loss)  # detached by the adapter; read once the window is over
+                images_seen += images.shape[0]
             progress(phase, index + 1, count)
     window = time.perf_counter() - window_start
     samples = {

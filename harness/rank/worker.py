@@ -50,14 +50,18 @@ def threads_for(rank: RankInfo, requested: int | None) -> int:
 @contextlib.contextmanager
 def framework_on_this_rank(framework: str, ranks: int, batch_per_rank: int, spec: WorkerSpec, rank: RankInfo,
                            device) -> Iterator:
-    """The cell's framework adapter, set up for this rank's world and shut down after the block."""
+    """The cell's framework adapter, set up for this rank's world and shut down after the block. It
+    is given the workload's knobs that its registry entry claims (a parameter server's count)."""
     from harness.rank.frameworks import FRAMEWORKS
+    from harness.rank.workload import Workload
 
     if ranks != rank.world_size:
         raise RuntimeError(f"cell {Path(spec.output_dir).name} wants {ranks} ranks but the launcher started "
                            f"{rank.world_size}")
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master_addr, str(rank.master_port)
-    adapter = FRAMEWORKS.create(framework, **spec.options.framework_options)
+    workload = Workload(**spec.workload) if spec.workload else Workload()
+    knobs = {knob: getattr(workload, knob) for knob in FRAMEWORKS.entry(framework).knobs}
+    adapter = FRAMEWORKS.create(framework, **knobs, **spec.options.framework_options)
     adapter.configure(batch_size=batch_per_rank, workdir=Path(spec.output_dir))
     adapter.setup(rank, device)
     try:
@@ -99,21 +103,27 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     yardstick = run_yardstick() if device.type == "cpu" and options.yardstick else None
     with framework_on_this_rank(cell.framework, cell.ranks, workload.batch_size, spec, rank, device) as adapter:
         with adapter.scope():
-            model, optimizer, loss_fn = runtime.build(adapter, cell.model, workload, rank.world_size, device)
+            model, optimizer, loss_fn = runtime.build(adapter, cell.model, workload,
+                                                      adapter.training_ranks(rank.world_size), device)
         probe = runtime.probe(model, loss_fn, device)  # before the adapter wraps the model
         adapter.wrap(model, optimizer, loss_fn)
         progress("setup", 1, 1)
-        loader = runtime.loader(cell.loader, workload, rank, device)
-        try:
-            delay = options.data_delay  # a slow loader on purpose
-            batches = (DelayedBatches(loader, delay.seconds)
-                       if delay and delay.rank in (None, rank.rank) else loader)
-            batches = with_fault_batches(batches, progress)  # a 'slow' fault sleeps inside the timed steps
-            samples = train(adapter, batches, warmup_steps=workload.warmup_steps, steps=workload.steps,
-                            device=device, progress=progress, probe=probe, own_cores=cores,
-                            sync=runtime.sync(device))
-        finally:
-            loader.close()
+        if adapter.serves():
+            probe.close()
+            samples, loader_settings = adapter.serve(progress, workload.steps), None
+        else:
+            loader = runtime.loader(cell.loader, workload, rank, device)
+            try:
+                delay = options.data_delay  # a slow loader on purpose
+                batches = (DelayedBatches(loader, delay.seconds)
+                           if delay and delay.rank in (None, rank.rank) else loader)
+                batches = with_fault_batches(batches, progress)  # a 'slow' fault sleeps inside the timed steps
+                samples = train(adapter, batches, warmup_steps=workload.warmup_steps, steps=workload.steps,
+                                device=device, progress=progress, probe=probe, own_cores=cores,
+                                sync=runtime.sync(device), clock=runtime.clock(device))
+            finally:
+                loader.close()
+            loader_settings = loader.settings()
         framework_settings = adapter.settings()
     if yardstick is not None:
         yardstick += run_yardstick()
@@ -129,7 +139,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
         # as this rank sees them: a launcher that drops the site's settings shows here
         "launch_environment": {name: os.environ.get(name) for name in spec.launch_environment},
         "framework_settings": framework_settings,
-        "loader_settings": loader.settings(),
+        **({"loader_settings": loader_settings} if loader_settings is not None else {}),
         "versions": package_versions(),
         "node": node_facts(device.type == "cuda"),
         **samples,
@@ -142,9 +152,8 @@ def run_accuracy_task(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     import torch
 
     from harness.machine.node import node_facts
-    from harness.tasks.accuracy import run_accuracy
-
     from harness.rank.torch_runtime import TorchRuntime
+    from harness.tasks.accuracy import run_accuracy
 
     cell, settings = spec.cell, spec.options.accuracy
     torch.set_num_threads(threads_for(rank, spec.options.threads_per_rank))

@@ -39,6 +39,8 @@ class Workload:
     DALI index files, see harness.data.tfrecord) or "auto" (whichever the directory holds)."""
     dali_threads: int = 4
     """DALI CPU worker threads per rank (the DALI loaders' counterpart of ``num_workers``)."""
+    ps_servers: int = 1
+    """Parameter-server cells: how many of a launch's ranks serve (the last ones); the rest train."""
     prefetch: int = 2
     """Batches the DALI pipeline prepares ahead (its ``prefetch_queue_depth``)."""
 

@@ -3,7 +3,8 @@ measured in the same run, beside the ratios the related studies publish.
 
 A ratio comes only from two cells of one session (one machine, one stack, minutes apart): their
 pooled per-step times are bootstrapped each on its own and divided replicate by replicate
-(:func:`harness.judging.stats.efficiency_interval` at equal rank counts is exactly that ratio).
+(:func:`harness.judging.stats.efficiency_interval`, times the ratio of their training ranks: a
+parameter-server cell's servers train nothing, so at equal rank counts it has fewer).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ SEED_002_QUOTE = ("the theDistributedDataParallelfeatures in the Pytorch library
 SEED_004 = "004_329eebec84006829.txt"
 SEED_004_QUOTE = ("Overall, in synchronous learning setups, TensorFlow is slower compared to PyTorch by average "
                   "2.65X, while the latter lags MXNet by average 1.38X.")
+SEED_004_PS_QUOTE = "Regarding asynchronous learning, MXNet is faster by average 3.22X in respect with TensorFlow."
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,7 +46,10 @@ PUBLISHED_RATIOS = {
 """Seed 004 measured image classification on CPU clusters; dlscale's frameworks it names."""
 
 PUBLISHED_NOTES = ((SEED_004, SEED_004_QUOTE, "CPU clusters; the ratios in the table's last column"),
-                   (SEED_002, SEED_002_QUOTE, "V100 GPUs: E_G 0.84 at 12 GPUs, beside the summary's E_G column"))
+                   (SEED_002, SEED_002_QUOTE, "V100 GPUs: E_G 0.84 at 12 GPUs, beside the summary's E_G column"),
+                   (SEED_004, SEED_004_PS_QUOTE, "CPU clusters, parameter server; it publishes no figure for "
+                                                 "PyTorch's, whose cells (torch-ps-sync, torch-ps-async) the table "
+                                                 "sets beside DDP's all-reduce at the same rank count"))
 """What the related studies publish about frameworks side by side: (seed, quote, how it reads here)."""
 
 
@@ -66,8 +71,10 @@ def framework_ratios(measured: Iterable[tuple[Cell, Sequence[dict]]]) -> list[Fr
             continue
         steps, batches = step_samples(records[cell])
         reference_steps, reference_batches = step_samples(records[reference])
-        ratios.append(FrameworkRatio(cell=cell, ratio=efficiency_interval(steps, batches, reference_steps,
-                                                                          reference_batches)))
+        per_rank = efficiency_interval(steps, batches, reference_steps, reference_batches)
+        scale = len(steps) / len(reference_steps)
+        ratios.append(FrameworkRatio(cell=cell, ratio=dataclasses.replace(
+            per_rank, value=per_rank.value * scale, low=per_rank.low * scale, high=per_rank.high * scale)))
     return ratios
 
 

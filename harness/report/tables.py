@@ -12,7 +12,8 @@ if TYPE_CHECKING:
 
 
 def summary_rows(results: Sequence[CellResult], baselines: BaselineFile | None) -> list[list[str]]:
-    """One row per measured cell: its interval, E_G, baseline, change, machine speed and verdict."""
+    """One row per measured cell: its interval, per training rank too (a parameter server does not
+    train), E_G, baseline, change, machine speed and verdict."""
     rows = [["cell", "launcher", "img/s (95% CI)", "img/s/rank", "E_G (95% CI)", "baseline img/s", "delta",
              "machine", "runs", "verdict"]]
     for r in results:
@@ -33,7 +34,7 @@ def summary_rows(results: Sequence[CellResult], baselines: BaselineFile | None) 
         if r.efficiency_source == "baseline":
             efficiency += " (ref: baseline)"
         rows.append([r.cell.id, r.run.launcher, format_interval(r.throughput, 1),
-                     f"{r.throughput.value / r.cell.ranks:.1f}", efficiency, baseline, delta, machine,
+                     f"{r.throughput.value / len(r.records):.1f}", efficiency, baseline, delta, machine,
                      f"{len(r.runs)} ({r.contended_runs} contended, left out)" if r.contended_runs else str(len(r.runs)),
                      r.verdict])
     return rows

@@ -9,10 +9,12 @@ from harness.config.cells import Cell
 from harness.judging.breakdown import cell_breakdown, has_breakdown
 from harness.judging.fingerprint import fingerprint
 from harness.judging.metrics import pool_uncontended, step_samples, summarize, trim_warmup
+from harness.judging.servers import server_summary
 from harness.judging.stats import Estimate, efficiency_interval, throughput_interval
 from harness.judging.verdicts import Evidence, judge_cell
 from harness.judging.yardstick import from_records
 from harness.rank.contention import outside_share, wait_share
+from harness.rank.frameworks import training_ranks
 from harness.session.results import CellResult
 from harness.store.baselines import BaselineFile
 
@@ -30,11 +32,12 @@ def evaluate(result: CellResult, *, config: Mapping, baselines: BaselineFile, re
     result.metrics = summarize(result.records)
     result.fingerprint = fingerprint(result.records, dict(config), result.cell.id, config_hash=result.config_hash)
     result.breakdown = cell_breakdown(result.records) if has_breakdown(result.records) else None
+    result.servers = server_summary([record for run in result.runs for record in run.server_records])
     result.yardstick = from_records(result.records)
     result.cpu_wait_share = wait_share(result.records)
     result.outside_share = outside_share(result.records)
     result.throughput = throughput_interval(*step_samples(result.records))
-    result.efficiency, result.efficiency_source = efficiency(result, reference_cell, earlier, baselines)
+    result.efficiency, result.efficiency_source = efficiency(result, reference_cell, earlier, baselines, config)
     evidence = Evidence(cell_id=result.cell.id, config_hash=result.config_hash, config=config,
                         throughput=result.throughput, efficiency=result.efficiency,
                         efficiency_source=result.efficiency_source, fingerprint=result.fingerprint,
@@ -48,10 +51,11 @@ def evaluate(result: CellResult, *, config: Mapping, baselines: BaselineFile, re
     result.machine_speed, result.stack_changes = judgement.machine_speed, judgement.stack_changes
 
 
-def efficiency(result: CellResult, reference: Cell, earlier: Sequence[CellResult],
-               baselines: BaselineFile) -> tuple[Estimate | None, str | None]:
+def efficiency(result: CellResult, reference: Cell, earlier: Sequence[CellResult], baselines: BaselineFile,
+               config: Mapping) -> tuple[Estimate | None, str | None]:
     """E_G against the ``reference`` cell measured earlier in the session, else against its
-    baseline's throughput; by definition 1 for the reference cell itself."""
+    baseline's throughput; by definition 1 for the reference cell itself. G counts the training
+    ranks: a parameter-server cell's servers are not among them."""
     if reference == result.cell:
         return Estimate(value=1.0, low=1.0, high=1.0), "by definition"
     steps, batches = step_samples(result.records)
@@ -62,7 +66,9 @@ def efficiency(result: CellResult, reference: Cell, earlier: Sequence[CellResult
     baseline = baselines.reference(reference.id, "throughput")
     if baseline:
         exact = Estimate(value=baseline.value, low=baseline.value, high=baseline.value)
-        return efficiency_interval(steps, batches, exact, reference_ranks=reference.ranks), "baseline"
+        servers = int(config.get("ps_servers", 1))
+        return efficiency_interval(steps, batches, exact, reference_ranks=training_ranks(
+            reference.framework, reference.ranks, servers)), "baseline"
     return None, None
 
 

@@ -17,7 +17,7 @@ from harness.data.tfrecord import TFRecordError, convert, open_tfrecord_set
 from harness.launch.launchers import LAUNCHERS, Launcher, gpus_a_job_step_sees
 from harness.launch.runner import RunLimits
 from harness.machine import allocation
-from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.frameworks import FRAMEWORKS, has_servers, training_ranks
 from harness.rank.loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
 from harness.rank.models import MODELS
 from harness.rank.runtime import unavailable as runtime_unavailable
@@ -52,25 +52,27 @@ def default_models(options: SuiteOptions) -> tuple[str, ...]:
     return PROFILES[options.profile].models if options.profile in PROFILES else DEFAULT_MATRIX.models
 
 
-def skip_reason(cell: Cell | AccuracyCell, gpus: bool, capacity: int, where: str) -> str | None:
-    """Why a cell of the matrix cannot run here (its package missing, its runtime lacking the loader or
-    model, no GPU, too few ranks), or None."""
+def skip_reason(cell: Cell | AccuracyCell, gpus: bool, capacity: int, where: str, ps_servers: int = 1) -> str | None:
+    """Why a cell of the matrix cannot run here (its package missing, no GPU, too few ranks), or None.
+    The matrix holds no cell whose framework's runtime lacks its loader or model (``Matrix.cells``)."""
     runtime = FRAMEWORKS.entry(cell.framework).runtime
     if isinstance(cell, AccuracyCell) and runtime != "torch":
         return f"the accuracy task runs in the torch runtime only; {cell.framework} runs in {runtime}'s"
-    if isinstance(cell, Cell):
-        for registry, name in ((LOADERS, cell.loader), (MODELS, cell.model)):
-            if registry.target(name, runtime) is None:
-                return (f"{cell.framework} ({runtime}) has no {registry.kind} {name}; its {registry.kind}s: "
-                        f"{', '.join(n for n in registry.names() if registry.target(n, runtime))}")
+    if has_servers(cell.framework):
+        if isinstance(cell, AccuracyCell):
+            return f"the accuracy task has no parameter-server roles; {cell.framework} needs them"
+        if cell.ranks <= ps_servers:
+            return (f"{cell.id}: {cell.ranks} rank(s) leave no worker beside {ps_servers} parameter server(s) "
+                    f"(--ps-servers); a parameter-server cell needs more ranks than servers")
     missing = (runtime_unavailable(runtime, FRAMEWORKS.entry(cell.framework))
                or (isinstance(cell, Cell) and runtime == "torch" and LOADERS.missing(cell.loader)))
     if missing:
         return missing
     if isinstance(cell, Cell) and LOADERS.entry(cell.loader).needs_gpu and not gpus:
         return f"loader {cell.loader} decodes on the GPU and this machine has none"
-    if cell.ranks > capacity:
-        return f"{cell.id} needs {cell.ranks} ranks but {where}"
+    training = training_ranks(cell.framework, cell.ranks, ps_servers) if isinstance(cell, Cell) else cell.ranks
+    if training > capacity:
+        return f"{cell.id} needs {training} training ranks but {where}"
     return None
 
 
@@ -121,15 +123,16 @@ def check_rank_counts(options: SuiteOptions, ranks: Iterable[int], capacity: int
         raise SuiteError(f"--gpus {options.gpus}: {largest} ranks asked for, but {where}")
 
 
-def cores_per_rank(options: SuiteOptions, ranks: Iterable[int], capacity: int, gpus: bool) -> int | None:
+def cores_per_rank(options: SuiteOptions, processes: Iterable[int], gpus: bool) -> int | None:
     """Cores each rank of a CPU cell owns: ``--cores-per-rank``, else the node's cores over the
-    most ranks a cell of this session puts on one node; None for GPU cells (a rank owns its
-    GPU) and where the ranks outnumber the cores (then they share them, and say so)."""
+    most processes a cell of this session puts on one node (``processes``: each runnable cell's
+    rank count, its parameter servers included); None for GPU cells (a rank owns its GPU) and where
+    the processes outnumber the cores (then they share them, and say so)."""
     if gpus:
         return None
     job = allocation.from_env(os.environ)
     node_cores = min(job.cpus_per_node) if job and job.cpus_per_node else len(os.sched_getaffinity(0))
-    largest = max((count for count in ranks if count <= capacity), default=1)
+    largest = max(processes, default=1)
     per_node = math.ceil(largest / (job.nodes if job else 1))
     asked = options.cores_per_rank
     if asked is not None:

@@ -33,6 +33,8 @@ class CellResult:
     verdicts: list[Verdict] = dataclasses.field(default_factory=list)
     fingerprint: dict | None = None
     breakdown: CellBreakdown | None = None
+    servers: dict | None = None
+    """A parameter-server cell's servers (:func:`harness.judging.servers.server_summary`)."""
     yardstick: Yardstick | None = None
     """The machine's speed during the cell's launches; ``None`` for GPU cells."""
     machine_speed: float | None = None
@@ -71,7 +73,7 @@ class CellResult:
             "efficiency_source": self.efficiency_source,
             "verdict": self.verdict, "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
             "config_hash": self.config_hash, "fingerprint": self.fingerprint,
-            "breakdown": self.breakdown.to_json() if self.breakdown else None,
+            "breakdown": self.breakdown.to_json() if self.breakdown else None, "servers": self.servers,
             "yardstick": self.yardstick.to_json() if self.yardstick else None, "machine_speed": self.machine_speed,
             "cpu_wait_share": self.cpu_wait_share, "outside_share": self.outside_share,
             "contended_runs": self.contended_runs, "stack_changes": self.stack_changes,

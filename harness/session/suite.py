@@ -30,6 +30,7 @@ from harness.machine.environment import capture as capture_environment
 from harness.machine.provenance import provenance
 from harness.machine.system import detect_system, rank_capacity
 from harness.rank.faults import Fault
+from harness.rank.frameworks import training_ranks
 from harness.rank.spec import RankOptions
 from harness.rank.workload import Workload
 from harness.session import preflight
@@ -81,7 +82,7 @@ class Suite:
         return preflight.uses_gpus(self.options.device)
 
     def skip_reason(self, cell: Cell | AccuracyCell) -> str | None:
-        reason = preflight.skip_reason(cell, self.uses_gpus, *self._rank_capacity)
+        reason = preflight.skip_reason(cell, self.uses_gpus, *self._rank_capacity, ps_servers=self.ps_servers)
         return reason or (self._launcher_as_named.cannot_lay_out(cell.ranks) if self._launcher_as_named else None)
 
     @functools.cached_property
@@ -98,6 +99,10 @@ class Suite:
         return rank_capacity(self.uses_gpus)
 
     @functools.cached_property
+    def ps_servers(self) -> int:
+        return self.profile.workload.replace(ps_servers=self.options.ps_servers).ps_servers
+
+    @functools.cached_property
     def profile(self) -> Profile:
         name = self.options.profile
         return PROFILES[("study" if self.uses_gpus else "cpu-small") if name == "auto" else name]
@@ -106,6 +111,7 @@ class Suite:
         o = self.options
         return self.profile.workload.replace(image_size=o.image_size, batch_size=o.batch_size, steps=o.steps,
                                          warmup_steps=o.warmup_steps, num_workers=o.num_workers,
+                                         ps_servers=o.ps_servers,
                                          data_dir=str(self.data_dir) if self.data_dir else None,
                                          tfrecord_dir=str(self.tfrecord_dir) if self.tfrecord_dir else None)
 
@@ -115,7 +121,8 @@ class Suite:
             return
         options = self.options
         if options.gpus:
-            preflight.check_rank_counts(options, self.matrix.ranks, *self._rank_capacity)
+            preflight.check_rank_counts(options, [training_ranks(cell.framework, cell.ranks, self.ps_servers)
+                                                  for cell in self.cells()], *self._rank_capacity)
         preflight.check_writable_places(options)
         self.data_dir, self.tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()},
                                                                    self.profile.dataset)
@@ -130,8 +137,10 @@ class Suite:
         if options.history_dir is not None:
             preflight.check_history(options.history_dir / f"{self.system}.jsonl")
         self._workload = self.workload()
-        self.cores_per_rank = preflight.cores_per_rank(options, self.matrix.ranks, self._rank_capacity[0],
-                                                       self.uses_gpus)
+        capacity = self._rank_capacity[0]
+        processes = [cell.ranks for cell in self.cells()
+                     if training_ranks(cell.framework, cell.ranks, self.ps_servers) <= capacity]
+        self.cores_per_rank = preflight.cores_per_rank(options, processes or [1], self.uses_gpus)
         self._provenance = provenance(HARNESS_SOURCE)
         self._environment = capture_environment()
         self.run_id = uuid.uuid4().hex[:12]

@@ -176,3 +176,15 @@ def test_a_hardware_fact_the_baseline_predates_is_unknown_not_a_difference():
     assert stale_differences(older, current) == []
 
 
+
+
+def test_more_processes_than_cores_on_a_node_is_said_in_the_fingerprint():
+    node = {"cpu": "x", "cores": 2}
+    records = [{"host": "a", "device": "cpu", "threads": 1, "versions": {}, "rank": rank, "local_world_size": 3,
+                "node": node} for rank in range(2)]
+    workload = dataclasses.asdict(Workload())
+    hardware = fingerprint(records, workload, "torch-ps-sync-synthetic-resnet50-g3")["hardware"]
+    assert hardware["processes_per_node"] == 3 and "share them" in hardware["oversubscribed"]
+    for record in records:
+        record["local_world_size"] = 2
+    assert "oversubscribed" not in fingerprint(records, workload, "ddp-synthetic-resnet50-g2")["hardware"]

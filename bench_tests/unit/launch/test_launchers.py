@@ -106,3 +106,14 @@ def test_ranks_of_another_runtime_start_in_its_interpreter(name):
     if name == "torchrun":
         assert command[:3] == ["/venv/bin/python", "-m", "torch.distributed.run"]
         assert command[-5] == "--no-python"
+
+
+def test_parameter_servers_beside_their_workers_may_share_the_cores():
+    """A parameter-server cell's servers are processes beyond its training ranks: unbound, they
+    share the cores, which srun and mpirun refuse unless told."""
+    sharing = dataclasses.replace(REQUEST, ranks=3, share_cores=True)
+    assert "--overcommit" in LAUNCHERS.create("srun").command(sharing)
+    assert "--oversubscribe" in LAUNCHERS.create("mpirun").command(sharing)
+    assert "--overcommit" not in LAUNCHERS.create("srun").command(REQUEST)
+    bound = dataclasses.replace(sharing, cores_per_rank=1)  # each process its own core: nothing shared
+    assert "--overcommit" not in LAUNCHERS.create("srun").command(bound)

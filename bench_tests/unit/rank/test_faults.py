@@ -7,16 +7,22 @@ import pytest
 import torch
 
 from harness.rank.faults import Fault, SlowSteps, with_fault, with_fault_batches
+from harness.rank.frameworks.base import FrameworkAdapter
 from harness.rank.trainloop import train
 
 
-class SleepingAdapter:
+class SleepingAdapter(FrameworkAdapter):
     """Stands in for a framework: each step's work is a sleep of ``seconds``."""
+
+    name = "sleeping"
 
     def __init__(self, seconds: float):
         self.seconds = seconds
 
-    def barrier(self) -> None:
+    def setup(self, rank, device) -> None:
+        pass
+
+    def wrap(self, model, optimizer, loss_fn) -> None:
         pass
 
     def forward_backward(self, images, labels):
@@ -24,6 +30,15 @@ class SleepingAdapter:
         return torch.zeros(())
 
     def optimizer_step(self) -> None:
+        pass
+
+    def average(self, tensor):
+        return tensor
+
+    def barrier(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
         pass
 
 

@@ -27,12 +27,14 @@ def test_a_runtime_whose_interpreter_is_missing_says_how_to_install_it(tmp_path)
 
 
 def test_a_backend_module_is_asked_of_the_runtimes_interpreter():
-    """Here the variable points at this very interpreter, which has torch but no such module."""
+    """Here the variable points at this very interpreter, which has torch but no such module; torch's
+    runtime reads no such variable, so its reason names none."""
     backend = Entry("x:y", requires="no_such_module_here", install="pip install it")
     env = {"DLSCALE_PYTHON_TENSORFLOW": sys.executable}
     assert interpreter("tensorflow", env) == sys.executable
     reason = unavailable("torch", backend, env)
     assert reason.startswith("the framework needs no_such_module_here") and "pip install it" in reason
+    assert "DLSCALE_PYTHON" not in reason
 
 
 def test_a_loader_is_implemented_per_runtime():

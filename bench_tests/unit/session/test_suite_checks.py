@@ -4,7 +4,7 @@ import os
 import pytest
 from PIL import Image
 
-from harness.config.cells import DatasetShape, parse_ranks
+from harness.config.cells import Cell, DatasetShape, parse_ranks
 from harness.config.options import SuiteError, SuiteOptions, check_settings
 from harness.data.dataset import validate_image_folder
 from harness.session import preflight
@@ -57,7 +57,7 @@ def test_cpu_ranks_own_the_same_cores_in_every_cell(monkeypatch, gpus, asked, ex
     monkeypatch.delenv("SLURM_JOBID", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     options = SuiteOptions(device="cpu", gpus=gpus, frameworks="ddp", loaders="synthetic", cores_per_rank=asked)
-    assert preflight.cores_per_rank(options, parse_ranks(gpus), capacity=8, gpus=False) == expected
+    assert preflight.cores_per_rank(options, parse_ranks(gpus), gpus=False) == expected
 
 
 def test_more_cores_per_rank_than_the_node_holds_is_an_error(monkeypatch):
@@ -67,7 +67,7 @@ def test_more_cores_per_rank_than_the_node_holds_is_an_error(monkeypatch):
     options = SuiteOptions(device="cpu", gpus="1,2", frameworks="ddp", loaders="synthetic", cores_per_rank=3)
     with pytest.raises(SuiteError, match=r"--cores-per-rank 3: the largest cell puts 2 rank\(s\) on a node of 4 "
                                          r"core\(s\), which holds at most 2 per rank"):
-        preflight.cores_per_rank(options, (1, 2), capacity=8, gpus=False)
+        preflight.cores_per_rank(options, (1, 2), gpus=False)
 
 
 ALLOCATION = {"SLURM_JOB_ID": "118", "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "vm"}
@@ -131,3 +131,14 @@ def test_each_profile_generates_its_own_dataset_beside_the_others(tmp_path, monk
     assert validate_image_folder(folder) == {"classes": 3, "images": 6}
     with Image.open(next(folder.glob("*/*.jpg"))) as image:
         assert image.size == (32, 32)
+
+
+def test_a_parameter_server_cell_needs_a_worker_and_counts_only_its_workers_against_the_capacity():
+    def reason(ranks: int, servers: int = 1, capacity: int = 2) -> str | None:
+        cell = Cell(framework="torch-ps-async", loader="synthetic", model="resnet50", ranks=ranks)
+        return preflight.skip_reason(cell, False, capacity, "this machine offers 2 CPU core(s)", ps_servers=servers)
+
+    assert "1 rank(s) leave no worker beside 1 parameter server(s)" in reason(1)
+    assert "2 rank(s) leave no worker beside 2" in reason(2, servers=2)
+    assert reason(2) is None and reason(3) is None  # 3 ranks: 2 workers on 2 cores, the server shares them
+    assert "needs 3 training ranks" in reason(4)

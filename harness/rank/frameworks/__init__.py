@@ -11,6 +11,7 @@ _DEEPSPEED = {"requires": "deepspeed", "install": f"pip install 'dlscale[deepspe
 
 _TENSORFLOW = {"runtime": "tensorflow", "stack": {"tensorflow": "tensorflow", "keras": "keras"}}
 _MXNET = {"runtime": "mxnet", "stack": {"mxnet": "mxnet"}}
+_TORCH_PS = "harness.rank.frameworks.torch_ps:TorchPSAdapter"
 
 FRAMEWORKS = Registry("framework", {
     "ddp": Entry("harness.rank.frameworks.ddp:DDPAdapter"),
@@ -23,4 +24,16 @@ FRAMEWORKS = Registry("framework", {
                         install="bash ci/install_horovod_tf.sh (builds Horovod against TensorFlow)", uses_mpi=True,
                         runtime="tensorflow", stack={**_TENSORFLOW["stack"], "horovod": "horovod"}),
     "mxnet": Entry("harness.rank.frameworks.mxnet:MXNetAdapter", **_MXNET),
+    "torch-ps-sync": Entry(_TORCH_PS, {"mode": "sync"}, knobs=("ps_servers",)),
+    "torch-ps-async": Entry(_TORCH_PS, {"mode": "async"}, knobs=("ps_servers",)),
 })
+
+
+def has_servers(framework: str) -> bool:
+    """Whether the framework's cells hold parameter servers beside their workers (``--ps-servers``)."""
+    return "ps_servers" in FRAMEWORKS.entry(framework).knobs
+
+
+def training_ranks(framework: str, ranks: int, ps_servers: int) -> int:
+    """How many of a cell's ranks train, each needing a GPU or cores of its own: all but its servers."""
+    return ranks - ps_servers if has_servers(framework) else ranks

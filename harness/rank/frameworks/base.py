@@ -31,6 +31,18 @@ class FrameworkAdapter(abc.ABC):
         """Where the runtime builds the model and optimizer (a TensorFlow strategy's scope)."""
         return contextlib.nullcontext()
 
+    def serves(self) -> bool:
+        """Whether this rank serves the others (a parameter server) instead of training."""
+        return False
+
+    def serve(self, progress: Callable[[str, int, int], None], steps: int) -> dict:
+        """A serving rank's life, until the workers are done: its record's figures."""
+        raise NotImplementedError(f"{self.name} has no serving ranks")
+
+    def training_ranks(self, world_size: int) -> int:
+        """How many of the launch's ranks train (the global batch's, and the learning rate's, count)."""
+        return world_size
+
     @abc.abstractmethod
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn) -> None:
         """Make the model and optimizer distributed; keep them for the steps."""
@@ -43,6 +55,9 @@ class FrameworkAdapter(abc.ABC):
     @abc.abstractmethod
     def optimizer_step(self) -> None:
         """Apply the averaged gradients and clear them."""
+
+    def window_starts(self) -> None:
+        """The timed window begins (every training rank has passed the barrier before it)."""
 
     @abc.abstractmethod
     def average(self, tensor: torch.Tensor) -> torch.Tensor:

@@ -5,24 +5,13 @@ The controller follows the launcher: ``mpirun`` and ``srun`` give the MPI contro
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from harness.rank.frameworks.base import FrameworkAdapter, LossFn
-from harness.rank.frameworks.horovod_common import HorovodKnobs, horovod_settings, init_checked
+from harness.rank.frameworks.horovod_common import HorovodKnobs, horovod_settings, import_horovod, init_checked
 from harness.rank.rankenv import RankInfo
 
-INSTALL_HINT = ("Horovod is not installed: run `bash ci/install_frameworks.sh .venv` "
-                "(builds horovod 0.28.1 against the installed torch, then caches the wheel)")
-
-
-def import_horovod() -> Any:
-    try:
-        import horovod.torch as hvd
-    except ImportError as error:
-        raise ImportError(f"{INSTALL_HINT}; import failed with: {error}") from error
-    return hvd
+INSTALL = "ci/install_frameworks.sh .venv"
 
 
 class HorovodAdapter(FrameworkAdapter):
@@ -32,9 +21,9 @@ class HorovodAdapter(FrameworkAdapter):
         self.knobs = HorovodKnobs(fusion_threshold_mb=fusion_threshold_mb, cycle_time_ms=cycle_time_ms)
 
     def setup(self, rank: RankInfo, device: torch.device) -> None:
-        hvd = self.hvd = import_horovod()
+        hvd = self.hvd = import_horovod("horovod.torch", INSTALL)
         self.knobs.export()
-        init_checked(hvd, rank, "ci/install_frameworks.sh")
+        init_checked(hvd, rank, INSTALL)
         if device.type == "cuda":
             torch.cuda.set_device(hvd.local_rank())
         self.device = device

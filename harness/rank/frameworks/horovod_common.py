@@ -2,6 +2,7 @@
 launch needs, the checks at start-up and the settings a record keeps. Imports neither framework."""
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any, Mapping
 
@@ -10,6 +11,16 @@ from harness.rank.rankenv import RankInfo
 # Horovod 0.28's values when the environment sets none (horovod/common/operations.cc).
 DEFAULT_FUSION_THRESHOLD_BYTES = 128 * 1024 * 1024
 DEFAULT_CYCLE_TIME_MS = 1.0
+
+
+def import_horovod(module: str, install: str) -> Any:
+    """Horovod's binding for one framework (``horovod.torch``, ``horovod.tensorflow``), or an
+    ImportError that says how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ImportError(f"{module} does not import here: run `bash {install}` (builds horovod 0.28.1 against "
+                          f"the installed framework, then caches the wheel); import failed with: {error}") from error
 
 
 def controller_wanted(env: Mapping[str, str]) -> str:

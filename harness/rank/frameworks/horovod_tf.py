@@ -18,20 +18,10 @@ import os
 from typing import Any
 
 from harness.rank.frameworks.base import FrameworkAdapter, LossFn
-from harness.rank.frameworks.horovod_common import HorovodKnobs, horovod_settings, init_checked
+from harness.rank.frameworks.horovod_common import HorovodKnobs, horovod_settings, import_horovod, init_checked
 from harness.rank.rankenv import RankInfo
 
-INSTALL_HINT = ("Horovod with TensorFlow support is not installed in this environment: run "
-                "`bash ci/install_horovod_tf.sh` (builds horovod 0.28.1 against the installed TensorFlow, "
-                "then caches the wheel)")
-
-
-def import_horovod_tf() -> Any:
-    try:
-        import horovod.tensorflow as hvd
-    except ImportError as error:
-        raise ImportError(f"{INSTALL_HINT}; import failed with: {error}") from error
-    return hvd
+INSTALL = "ci/install_horovod_tf.sh"
 
 
 class HorovodTFAdapter(FrameworkAdapter):
@@ -44,10 +34,10 @@ class HorovodTFAdapter(FrameworkAdapter):
     def setup(self, rank: RankInfo, device) -> None:
         import tensorflow as tf
 
-        hvd = import_horovod_tf()
+        hvd = import_horovod("horovod.tensorflow", INSTALL)
         self.tf, self.rank = tf, rank
         self.knobs.export()
-        init_checked(hvd, rank, "ci/install_horovod_tf.sh")
+        init_checked(hvd, rank, INSTALL)
         self.hvd = hvd
         # The TensorFlow runtime has already made this rank's GPU (if any) the only one it sees.
         self.device = device

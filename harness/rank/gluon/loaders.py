@@ -15,9 +15,7 @@ import numpy as np
 from mxnet import gluon
 from mxnet.gluon.data.vision import ImageFolderDataset, transforms
 
-from harness.rank.gluon.synthetic import Batches, SyntheticLoader
-
-__all__ = ["FolderLoader", "SyntheticLoader", "ShardSampler", "training_transform"]
+from harness.rank.batches import Batches
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

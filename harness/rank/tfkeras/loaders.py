@@ -12,9 +12,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from harness.rank.tfkeras.synthetic import Batches
-
 from harness.data.tfrecord import open_tfrecord_set
+from harness.rank.batches import Batches
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

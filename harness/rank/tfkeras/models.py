@@ -1,6 +1,8 @@
 """Keras models, randomly initialised: ResNet50 from keras.applications (ResNet v1: the stride in
 the first 1x1 convolution, where torchvision's v1.5 has it in the 3x3) and the CIFAR ResNet44 of
-He et al. as harness.rank.cifar_resnet builds it for torch."""
+He et al. as harness.rank.cifar_resnet builds it for torch (its convolutions He-normal from their
+fan-in, where torch's module takes the fan-out: the initial weights differ in scale, not only in
+value)."""
 from __future__ import annotations
 
 import keras
@@ -32,7 +34,7 @@ def cifar_resnet(*, depth: int, image_size: int, num_classes: int) -> keras.Mode
         raise ValueError(f"a CIFAR ResNet has 6n+2 layers; {depth} is not of that form")
     blocks = (depth - 2) // 6
     inputs = keras.Input((image_size, image_size, 3))
-    x = layers.Conv2D(16, 3, padding="same", use_bias=False, kernel_initializer="he_normal")(inputs)  # fan_in, torch's fan_out: same 3x3 scale
+    x = layers.Conv2D(16, 3, padding="same", use_bias=False, kernel_initializer="he_normal")(inputs)
     x = layers.ReLU()(layers.BatchNormalization()(x))
     for stage, channels in enumerate((16, 32, 64)):
         for block in range(blocks):

@@ -3,24 +3,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from harness.rank.batches import Batches
 from harness.rank.synthetic_data import synthetic_batch
-
-
-class Batches:
-    """A tf.data pipeline as the training loop takes a loader: endless batches, settings, close."""
-
-    def __init__(self, dataset: tf.data.Dataset, settings: dict):
-        self._iterator = iter(dataset)
-        self._settings = settings
-
-    def __iter__(self):
-        return self._iterator
-
-    def settings(self) -> dict:
-        return dict(self._settings)
-
-    def close(self) -> None:
-        self._iterator = None
 
 
 def SyntheticLoader(*, workload, rank) -> Batches:  # noqa: N802 - a loader is made by calling its name

@@ -1,0 +1,84 @@
+"""The parameter server's update rules (harness.rank.frameworks.ps_shards), without RPC: sharding,
+the synchronous mean over every worker's gradient, the asynchronous update on arrival, and the
+staleness and update rate it records."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from harness.judging.servers import server_rows, server_summary
+from harness.rank.frameworks.ps_shards import Shard, assign_shards
+
+
+def sgd(tensors):
+    return torch.optim.SGD(tensors, lr=1.0)
+
+
+def test_shards_balance_the_servers_element_counts_the_same_on_every_rank():
+    sizes = [100, 1, 60, 50, 2, 3]
+    owner = assign_shards(sizes, 2)
+    loads = [sum(size for size, server in zip(sizes, owner) if server == s) for s in range(2)]
+    assert sorted(loads) == [106, 110] and owner == assign_shards(sizes, 2)
+    assert assign_shards(sizes, 1) == [0] * len(sizes)
+    with pytest.raises(ValueError, match="at least one server"):
+        assign_shards(sizes, 0)
+
+
+def test_sync_waits_for_every_worker_then_applies_their_mean_once():
+    shard = Shard([torch.zeros(2)], mode="sync", workers=2, make_optimizer=sgd)
+    first = shard.push([torch.tensor([1.0, 2.0])], 0, lr=0.5, timed=True)
+    assert not first.done() and shard.version == 0
+    second = shard.push([torch.tensor([3.0, 4.0])], 0, lr=0.5, timed=True)
+    assert first.done() and second.done() and shard.version == 1
+    reply = first.wait()
+    assert torch.equal(reply.parameters[0], torch.tensor([-1.0, -1.5]))  # 0 - 0.5 * mean
+    assert reply.version == 1 and shard.stats.updates == 1 and shard.stats.staleness == []
+
+
+def test_async_applies_each_gradient_on_arrival_and_counts_its_staleness():
+    shard = Shard([torch.zeros(1)], mode="async", workers=2, make_optimizer=sgd)
+    a = shard.push([torch.ones(1)], read_version=0, lr=1.0, timed=True).wait()
+    b = shard.push([torch.ones(1)], read_version=0, lr=1.0, timed=True).wait()  # read before a's update
+    c = shard.push([torch.ones(1)], read_version=a.version, lr=1.0, timed=True).wait()
+    assert (a.version, b.version, c.version) == (1, 2, 3)
+    assert shard.stats.staleness == [0, 1, 1]
+    assert torch.equal(c.parameters[0], torch.tensor([-3.0]))
+
+
+def test_warm_up_gradients_update_but_are_not_counted():
+    ticks = itertools.count()
+    shard = Shard([torch.zeros(1)], mode="async", workers=1, make_optimizer=sgd, clock=lambda: float(next(ticks)))
+    shard.push([torch.ones(1)], 0, lr=1.0, timed=False)
+    for version in (1, 2, 3):
+        shard.push([torch.ones(1)], version, lr=1.0, timed=True)
+    stats = shard.stats.to_json()
+    assert shard.version == 4 and stats["timed_updates"] == 3 and stats["staleness_count"] == 3
+    assert stats["updates_per_s"] == pytest.approx(3 / stats["timed_span_s"])
+
+
+def test_a_shard_is_done_when_every_worker_said_so():
+    shard = Shard([torch.zeros(1)], mode="sync", workers=2, make_optimizer=sgd)
+    shard.finish(0)
+    assert not shard.all_done()
+    shard.finish(1)
+    assert shard.all_done()
+
+
+def test_unknown_mode_is_an_error_naming_the_valid_ones():
+    with pytest.raises(ValueError, match="valid modes: sync, async"):
+        Shard([torch.zeros(1)], mode="hogwild", workers=1, make_optimizer=sgd)
+
+
+def test_server_summary_pools_launches_weighting_staleness_by_gradients():
+    records = [{"role": "server", "server": 0, "timed_updates": 10, "updates_per_s": 2.0, "staleness_mean": 1.0,
+                "staleness_max": 2, "staleness_count": 10},
+               {"role": "server", "server": 0, "timed_updates": 30, "updates_per_s": 4.0, "staleness_mean": 0.5,
+                "staleness_max": 1, "staleness_count": 30}]
+    summary = server_summary(records)
+    assert summary == {"servers": 1, "timed_updates": 40, "updates_per_s": 3.0, "staleness_mean": 0.625,
+                       "staleness_max": 2}
+    assert server_summary([]) is None
+    rows = server_rows([("torch-ps-async-synthetic-resnet50-g3", summary, {"optimizer": 0.4})])
+    assert rows[1] == ["torch-ps-async-synthetic-resnet50-g3", "1", "3.0", "0.62", "2", "40%"]

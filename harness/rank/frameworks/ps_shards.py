@@ -1,0 +1,130 @@
+"""A parameter server's shard of the model and how it applies the workers' gradients, synchronously
+or asynchronously: what :mod:`harness.rank.frameworks.torch_ps` serves over torch.distributed.rpc.
+No RPC here, so that the update rules are tested on their own.
+
+- ``sync``: the shard waits for one gradient from every worker, applies their mean in one optimizer
+  step, and answers every waiting worker with the new parameters (staleness 0 by construction);
+- ``async``: the shard applies each gradient on arrival and answers at once. A gradient's
+  *staleness* is the number of updates other workers applied between its worker's read of the
+  parameters and its arrival.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import threading
+import time
+from typing import Callable, Sequence
+
+import torch
+
+MODES = ("sync", "async")
+
+
+def assign_shards(sizes: Sequence[int], servers: int) -> list[int]:
+    """The server of each parameter (by index), balancing the servers' element counts: the largest
+    parameters first, each to the least loaded server. The same on every rank."""
+    if servers < 1:
+        raise ValueError(f"a parameter-server job needs at least one server, got {servers}")
+    load = [0] * servers
+    owner = [0] * len(sizes)
+    for index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        server = min(range(servers), key=lambda s: (load[s], s))
+        owner[index] = server
+        load[server] += sizes[index]
+    return owner
+
+
+@dataclasses.dataclass
+class Reply:
+    parameters: list[torch.Tensor]
+    version: int
+    """Updates this shard has applied, this one included."""
+
+
+@dataclasses.dataclass
+class ShardStats:
+    """What a server saw of the timed window's gradients."""
+
+    updates: int = 0
+    """Updates applied for timed gradients."""
+    first_arrival: float | None = None
+    last_update: float | None = None
+    staleness: list[int] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict:
+        span = (self.last_update - self.first_arrival) if self.updates and self.first_arrival is not None else None
+        return {"timed_updates": self.updates, "timed_span_s": span,
+                "updates_per_s": self.updates / span if span else None,
+                "staleness_mean": statistics.fmean(self.staleness) if self.staleness else None,
+                "staleness_max": max(self.staleness) if self.staleness else None,
+                "staleness_count": len(self.staleness)}
+
+
+class Shard:
+    """The parameters one server holds, their optimizer, and the update rule of ``mode``.
+    ``push`` runs on the RPC agent's threads; a lock orders the updates."""
+
+    def __init__(self, parameters: Sequence[torch.Tensor], *, mode: str, workers: int,
+                 make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
+                 clock: Callable[[], float] = time.perf_counter):
+        if mode not in MODES:
+            raise ValueError(f"unknown parameter-server mode {mode!r}; valid modes: {', '.join(MODES)}")
+        self.mode, self.workers, self.clock = mode, workers, clock
+        self.parameters = [tensor.detach().clone().requires_grad_(False) for tensor in parameters]
+        self.optimizer = make_optimizer(self.parameters)
+        self.lock = threading.Lock()
+        self.version = 0
+        self.stats = ShardStats()
+        self.done_workers: set[int] = set()
+        self._pending: list[list[torch.Tensor]] = []
+        self._pending_lr: list[float] = []
+        self._waiting: torch.futures.Future | None = None
+
+    def read(self) -> Reply:
+        with self.lock:
+            return Reply([tensor.clone() for tensor in self.parameters], self.version)
+
+    def push(self, gradients: list[torch.Tensor], read_version: int, lr: float, timed: bool) -> torch.futures.Future:
+        """Take one worker's gradients, computed on the parameters of ``read_version``, at its
+        learning rate ``lr``; a future of the :class:`Reply` the worker continues from."""
+        arrived = self.clock()
+        with self.lock:
+            if timed and self.stats.first_arrival is None:
+                self.stats.first_arrival = arrived
+            if self.mode == "async":
+                if timed:
+                    self.stats.staleness.append(self.version - read_version)
+                self._apply([gradients], [lr], timed)
+                done = torch.futures.Future()
+                done.set_result(Reply([tensor.clone() for tensor in self.parameters], self.version))
+                return done
+            if self._waiting is None:
+                self._waiting = torch.futures.Future()
+            waiting = self._waiting
+            self._pending.append(gradients)
+            self._pending_lr.append(lr)
+            if len(self._pending) == self.workers:
+                self._apply(self._pending, self._pending_lr, timed)
+                self._pending, self._pending_lr, self._waiting = [], [], None
+                waiting.set_result(Reply([tensor.clone() for tensor in self.parameters], self.version))
+            return waiting
+
+    def _apply(self, gradients: list[list[torch.Tensor]], lrs: list[float], timed: bool) -> None:
+        for index, tensor in enumerate(self.parameters):
+            tensor.grad = torch.stack([worker[index] for worker in gradients]).mean(dim=0)
+        for group in self.optimizer.param_groups:
+            group["lr"] = statistics.fmean(lrs)
+        self.optimizer.step()
+        self.version += 1
+        if timed:
+            self.stats.updates += 1
+            self.stats.last_update = self.clock()
+
+    def finish(self, worker: int) -> None:
+        with self.lock:
+            self.done_workers.add(worker)
+
+    def all_done(self) -> bool:
+        with self.lock:
+            return len(self.done_workers) == self.workers
