@@ -3,8 +3,9 @@ measured in the same run, beside the ratios the related studies publish.
 
 A ratio comes only from two cells of one session (one machine, one stack, minutes apart): their
 pooled per-step times are bootstrapped each on its own and divided replicate by replicate
-(:func:`harness.judging.stats.efficiency_interval`, times the ratio of their training ranks: a
-parameter-server cell's servers train nothing, so at equal rank counts it has fewer).
+(:func:`harness.judging.stats.efficiency_interval` at equal rank counts is exactly that ratio).
+A cell is set beside the DDP cell with as many training ranks (the same global batch): a
+parameter-server cell's servers train nothing, so its g3 of two workers meets DDP's g2.
 """
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ PUBLISHED_NOTES = ((SEED_004, SEED_004_QUOTE, "CPU clusters; the ratios in the t
 class FrameworkRatio:
     cell: Cell
     ratio: Estimate
-    """The cell's throughput over the DDP cell's of the same loader, model and rank count."""
+    """The cell's throughput over the DDP cell's of the same loader, model and training ranks."""
+    training_ranks: int
 
 
 def framework_ratios(measured: Iterable[tuple[Cell, Sequence[dict]]]) -> list[FrameworkRatio]:
@@ -65,16 +67,15 @@ def framework_ratios(measured: Iterable[tuple[Cell, Sequence[dict]]]) -> list[Fr
     counterpart was measured too, ordered by loader, model, rank count and framework."""
     records = {cell: cell_records for cell, cell_records in measured if cell_records}
     ratios = []
-    for cell in sorted(records, key=lambda c: (c.loader, c.model, c.ranks, c.framework)):
-        reference = dataclasses.replace(cell, framework=REFERENCE_FRAMEWORK)
+    for cell in sorted(records, key=lambda c: (c.loader, c.model, len(records[c]), c.framework)):
+        training = len(records[cell])  # one pooled record per training rank
+        reference = dataclasses.replace(cell, framework=REFERENCE_FRAMEWORK, ranks=training)
         if cell.framework == REFERENCE_FRAMEWORK or reference not in records:
             continue
         steps, batches = step_samples(records[cell])
         reference_steps, reference_batches = step_samples(records[reference])
-        per_rank = efficiency_interval(steps, batches, reference_steps, reference_batches)
-        scale = len(steps) / len(reference_steps)
-        ratios.append(FrameworkRatio(cell=cell, ratio=dataclasses.replace(
-            per_rank, value=per_rank.value * scale, low=per_rank.low * scale, high=per_rank.high * scale)))
+        ratios.append(FrameworkRatio(cell=cell, training_ranks=training, ratio=efficiency_interval(
+            steps, batches, reference_steps, reference_batches)))
     return ratios
 
 
@@ -85,7 +86,9 @@ def comparison_rows(ratios: Sequence[FrameworkRatio]) -> list[list[str]]:
              "published (seed 004)"]]
     for entry in ratios:
         ratio, published = entry.ratio, PUBLISHED_RATIOS.get(entry.cell.framework)
-        rows.append([entry.cell.loader, entry.cell.model, str(entry.cell.ranks), entry.cell.framework,
+        ranks = str(entry.cell.ranks) + (f" ({entry.training_ranks} training)"
+                                         if entry.training_ranks != entry.cell.ranks else "")
+        rows.append([entry.cell.loader, entry.cell.model, ranks, entry.cell.framework,
                      format_interval(ratio, 3),
                      f"{published.ratio:.3f}" if published else "-"])
     return rows

@@ -116,11 +116,16 @@ def uses_gpus(device: str, env: Mapping[str, str] = os.environ) -> bool:
     return seen > 0
 
 
-def check_rank_counts(options: SuiteOptions, ranks: Iterable[int], capacity: int, where: str) -> None:
-    """Counts asked for with --gpus must fit; default counts that do not are skipped (skip_reason)."""
-    largest = max(ranks)
-    if options.gpus and largest > capacity:
-        raise SuiteError(f"--gpus {options.gpus}: {largest} ranks asked for, but {where}")
+def check_rank_counts(options: SuiteOptions, cells: Iterable[tuple[int, int]], capacity: int, where: str) -> None:
+    """Counts asked for with --gpus must fit; default counts that do not are skipped (skip_reason).
+    ``cells``: each cell's rank count and training ranks. A count fits where one of its cells' training
+    ranks fit (three ranks are two workers and a parameter server); its other cells are skipped."""
+    fewest: dict[int, int] = {}
+    for ranks, training in cells:
+        fewest[ranks] = min(training, fewest.get(ranks, training))
+    too_many = [ranks for ranks, training in sorted(fewest.items()) if training > capacity]
+    if options.gpus and too_many:
+        raise SuiteError(f"--gpus {options.gpus}: {too_many[-1]} ranks asked for, but {where}")
 
 
 def cores_per_rank(options: SuiteOptions, processes: Iterable[int], gpus: bool) -> int | None:

@@ -121,8 +121,8 @@ class Suite:
             return
         options = self.options
         if options.gpus:
-            preflight.check_rank_counts(options, [training_ranks(cell.framework, cell.ranks, self.ps_servers)
-                                                  for cell in self.cells()], *self._rank_capacity)
+            counts = [(cell.ranks, training_ranks(cell.framework, cell.ranks, self.ps_servers)) for cell in self.cells()]
+            preflight.check_rank_counts(options, counts, *self._rank_capacity)
         preflight.check_writable_places(options)
         self.data_dir, self.tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()},
                                                                    self.profile.dataset)

@@ -142,3 +142,11 @@ def test_a_parameter_server_cell_needs_a_worker_and_counts_only_its_workers_agai
     assert "2 rank(s) leave no worker beside 2" in reason(2, servers=2)
     assert reason(2) is None and reason(3) is None  # 3 ranks: 2 workers on 2 cores, the server shares them
     assert "needs 3 training ranks" in reason(4)
+
+
+def test_a_rank_count_fits_where_one_of_its_cells_fits():
+    options = SuiteOptions(device="cpu", gpus="1,2,3", frameworks="ddp,torch-ps-sync", loaders="synthetic")
+    # 3 ranks: DDP's 3 training ranks do not fit 2 cores, the parameter server's 2 workers do
+    preflight.check_rank_counts(options, [(1, 1), (2, 2), (3, 3), (2, 1), (3, 2)], 2, "2 cores")
+    with pytest.raises(SuiteError, match="--gpus 1,2,3: 3 ranks asked for, but 2 cores"):
+        preflight.check_rank_counts(options, [(1, 1), (2, 2), (3, 3)], 2, "2 cores")
