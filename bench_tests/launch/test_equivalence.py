@@ -80,7 +80,7 @@ def test_every_framework_learns_the_same_batch_from_the_same_start(tmp_path):
                 f"{name} diverges from {reference_name} ({runtime})"
 
 
-@pytest.mark.parametrize("framework, ranks, workers", [("torch-ps-sync", 3, 2), ("torch-ps-async", 2, 1)])
+@pytest.mark.parametrize("framework, ranks, workers", [("torch_ps_sync", 3, 2), ("torch_ps_async", 2, 1)])
 def test_a_parameter_server_trains_as_all_reduce_does(framework, ranks, workers, tmp_path):
     """Synchronous, the server applies the mean of two workers' gradients at the rate scaled for
     both: DDP's all-reduced step. Asynchronous with one worker, each gradient is applied as it

@@ -8,7 +8,7 @@ import re
 from typing import Any, Mapping
 
 from harness.common.registry import Registry
-from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.frameworks import FRAMEWORKS, has_servers
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
 from harness.rank.workload import Workload
@@ -120,10 +120,16 @@ class AccuracyCell:
     schedule: str
     batch_per_rank: int
     ranks: int
+    servers: int = 0
+    """Parameter servers among the ranks (the last ones): they train nothing."""
+
+    @property
+    def training_ranks(self) -> int:
+        return self.ranks - self.servers
 
     @property
     def global_batch(self) -> int:
-        return self.batch_per_rank * self.ranks
+        return self.batch_per_rank * self.training_ranks
 
     @property
     def id(self) -> str:
@@ -143,7 +149,10 @@ class AccuracySettings:
     seed: int = 1234
 
     def config_hash(self, cell: AccuracyCell) -> str:
-        return short_hash({**dataclasses.asdict(self), **dataclasses.asdict(cell)})
+        fields = dataclasses.asdict(cell)
+        if not cell.servers:  # as before cells had servers: their baselines stay current
+            del fields["servers"]
+        return short_hash({**dataclasses.asdict(self), **fields})
 
 
 ACCURACY_SCHEDULES = ("step", "cosine", "exponential")
@@ -153,8 +162,11 @@ ACCURACY_BATCHES = ((32, 1), (64, 2), (256, 2), (512, 2))
 
 
 def accuracy_cells(frameworks: tuple[str, ...] = ("ddp",)) -> list[AccuracyCell]:
-    return [AccuracyCell(framework=f, schedule=s, batch_per_rank=b, ranks=g)
-            for f in frameworks for s in ACCURACY_SCHEDULES for b, g in ACCURACY_BATCHES]
+    """Each framework at the same global batches; a parameter-server framework's cells add one server
+    to the ranks that train, so that a batch's cells of every framework train alike."""
+    return [AccuracyCell(framework=f, schedule=s, batch_per_rank=b, ranks=g + servers, servers=servers)
+            for f in frameworks for servers in [1 if has_servers(f) else 0]
+            for s in ACCURACY_SCHEDULES for b, g in ACCURACY_BATCHES]
 
 
 def parse_list(text: str) -> tuple[str, ...]:
@@ -229,14 +241,16 @@ def _parse_cell_id(rest: str, ranks: int) -> Cell:
 
 def _parse_accuracy_id(rest: str, ranks: int) -> AccuracyCell:
     match = _ACCURACY_ID.fullmatch(rest)
-    if not match or int(match["batch"]) % ranks:
+    if match:
+        FRAMEWORKS.check(match["framework"])
+    servers = 1 if match and has_servers(match["framework"]) else 0  # as accuracy_cells makes them
+    if not match or ranks <= servers or int(match["batch"]) % (ranks - servers):
         raise ValueError("not of the form accuracy-<framework>-<schedule>-b<global batch>-g<ranks>, the batch a "
-                         "multiple of the ranks")
-    FRAMEWORKS.check(match["framework"])
+                         "multiple of the training ranks")
     if match["schedule"] not in ACCURACY_SCHEDULES:
         raise ValueError(f"unknown schedule {match['schedule']!r}; valid names: {', '.join(ACCURACY_SCHEDULES)}")
     return AccuracyCell(framework=match["framework"], schedule=match["schedule"],
-                        batch_per_rank=int(match["batch"]) // ranks, ranks=ranks)
+                        batch_per_rank=int(match["batch"]) // (ranks - servers), ranks=ranks, servers=servers)
 
 
 WHERE_DATA_LIVES = ("data_dir", "tfrecord_dir")

@@ -41,13 +41,14 @@ def summary_rows(results: Sequence[CellResult], baselines: BaselineFile | None) 
 
 
 def accuracy_rows(results: Sequence[AccuracyResult]) -> list[list[str]]:
-    """Final validation accuracy, one row per schedule, one column per global batch."""
+    """Final validation accuracy, one row per framework and schedule, one column per global batch."""
     batches = sorted({r.cell.global_batch for r in results})
-    rows = [["schedule"] + [f"batch {b}" for b in batches]]
-    for schedule in dict.fromkeys(r.cell.schedule for r in results):
-        row = [schedule]
+    rows = [["framework", "schedule"] + [f"batch {b}" for b in batches]]
+    for framework, schedule in dict.fromkeys((r.cell.framework, r.cell.schedule) for r in results):
+        row = [framework, schedule]
         for batch in batches:
-            found = [r for r in results if r.cell.schedule == schedule and r.cell.global_batch == batch]
+            found = [r for r in results if (r.cell.framework, r.cell.schedule) == (framework, schedule)
+                     and r.cell.global_batch == batch]
             row.append(", ".join(f"{r.outcome['final_val_accuracy']:.1%} ({r.verdict.kind})" if r.outcome
                                  else f"error ({r.run.status})" for r in found) or "-")
         rows.append(row)

@@ -58,9 +58,7 @@ def skip_reason(cell: Cell | AccuracyCell, gpus: bool, capacity: int, where: str
     runtime = FRAMEWORKS.entry(cell.framework).runtime
     if isinstance(cell, AccuracyCell) and runtime != "torch":
         return f"the accuracy task runs in the torch runtime only; {cell.framework} runs in {runtime}'s"
-    if has_servers(cell.framework):
-        if isinstance(cell, AccuracyCell):
-            return f"the accuracy task has no parameter-server roles; {cell.framework} needs them"
+    if isinstance(cell, Cell) and has_servers(cell.framework):
         if cell.ranks <= ps_servers:
             return (f"{cell.id}: {cell.ranks} rank(s) leave no worker beside {ps_servers} parameter server(s) "
                     f"(--ps-servers); a parameter-server cell needs more ranks than servers")
@@ -70,7 +68,7 @@ def skip_reason(cell: Cell | AccuracyCell, gpus: bool, capacity: int, where: str
         return missing
     if isinstance(cell, Cell) and LOADERS.entry(cell.loader).needs_gpu and not gpus:
         return f"loader {cell.loader} decodes on the GPU and this machine has none"
-    training = training_ranks(cell.framework, cell.ranks, ps_servers) if isinstance(cell, Cell) else cell.ranks
+    training = training_ranks(cell.framework, cell.ranks, ps_servers) if isinstance(cell, Cell) else cell.training_ranks
     if training > capacity:
         return f"{cell.id} needs {training} training ranks but {where}"
     return None

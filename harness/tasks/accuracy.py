@@ -207,6 +207,7 @@ def run_accuracy(adapter: FrameworkAdapter, *, rank: RankInfo, device: torch.dev
         raise ValueError(f"epochs and batch_per_rank must be positive, got {epochs} and {batch_per_rank}")
     progress = progress or _no_progress
     data = (data or load_digits_split()).to(device)
+    rank = dataclasses.replace(rank, world_size=adapter.training_ranks(rank.world_size))  # servers train nothing
     global_batch = batch_per_rank * rank.world_size
     shard_size = -(-len(data.train_labels) // rank.world_size)
     steps_per_epoch = shard_size // batch_per_rank
@@ -221,10 +222,12 @@ def run_accuracy(adapter: FrameworkAdapter, *, rank: RankInfo, device: torch.dev
     model = build_digits_resnet(data.num_classes).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr_at(0.0), momentum=momentum, weight_decay=weight_decay)
     adapter.wrap(model, optimizer, nn.CrossEntropyLoss(label_smoothing=label_smoothing))
+    total_steps = epochs * steps_per_epoch
+    if adapter.serves():  # a parameter server: it applies the workers' gradients until they are done
+        return {**adapter.serve(progress, total_steps), "schedule": schedule, "global_batch": global_batch}
 
     started = time.perf_counter()
     accuracies, lrs, train_losses = [], [], []
-    total_steps = epochs * steps_per_epoch
     for epoch in range(epochs):
         order = shard_indices(len(data.train_labels), rank=rank.rank, world_size=rank.world_size,
                               epoch=epoch, seed=seed).to(device)

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.cells import (Cell, Matrix, accuracy_cells, config_hash, implemented, measured_config, parse_cell_id,
+from harness.config.cells import (AccuracyCell, Cell, Matrix, accuracy_cells, config_hash, implemented, measured_config, parse_cell_id,
                                   parse_names, parse_ranks, scaling_cell)
 from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.models import MODELS
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
 from harness.rank.workload import Workload
@@ -59,7 +60,7 @@ def test_every_cell_id_parses_back_to_its_cell():
     ("ddp-synthetic-resnet50-g0", "not of the form <framework>-<loader>-<model>-g<ranks>"),
     ("ddp-resnet50-g1", "not of the form"),
     ("accuracy-ddp-linear-b32-g1", "unknown schedule 'linear'"),
-    ("accuracy-ddp-step-b33-g2", "the batch a multiple of the ranks"),
+    ("accuracy-ddp-step-b33-g2", "the batch a multiple of the training ranks"),
 ])
 def test_ids_of_no_cell_say_why(cell_id, why):
     with pytest.raises(ValueError) as error:
@@ -129,3 +130,14 @@ def test_a_framework_meets_only_what_its_runtime_implements():
     assert [cell.id for cell in matrix.cells()] == ["ddp-dali-cpu-resnet50-g1", "tensorflow-native-tfrecord-resnet50-g1"]
     assert matrix.unimplemented() == ["ddp-native-tfrecord-resnet50", "tensorflow-dali-cpu-resnet50"]
     assert not implemented("mxnet", "synthetic", "resnet152") and implemented("mxnet", "synthetic", "resnet44")
+
+
+def test_framework_and_model_names_hold_no_dash_so_that_a_cell_id_parses():
+    # <framework>-<loader>-<model>-g<ranks>: only a loader's name may hold "-" (dali-cpu-tfrecord)
+    assert [name for name in [*FRAMEWORKS.names(), *MODELS.names()] if "-" in name] == []
+    for framework in FRAMEWORKS.names():
+        cell = Cell(framework=framework, loader="dali-cpu-tfrecord", model="resnet50", ranks=3)
+        assert parse_cell_id(cell.id) == cell
+    ps = AccuracyCell(framework="torch_ps_async", schedule="cosine", batch_per_rank=64, ranks=3, servers=1)
+    assert ps.global_batch == 128 and ps.training_ranks == 2
+    assert ps in accuracy_cells(("torch_ps_async",)) and parse_cell_id(ps.id) == ps

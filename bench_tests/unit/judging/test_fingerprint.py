@@ -183,7 +183,7 @@ def test_more_processes_than_cores_on_a_node_is_said_in_the_fingerprint():
     records = [{"host": "a", "device": "cpu", "threads": 1, "versions": {}, "rank": rank, "local_world_size": 3,
                 "node": node} for rank in range(2)]
     workload = dataclasses.asdict(Workload())
-    hardware = fingerprint(records, workload, "torch-ps-sync-synthetic-resnet50-g3")["hardware"]
+    hardware = fingerprint(records, workload, "torch_ps_sync-synthetic-resnet50-g3")["hardware"]
     assert hardware["processes_per_node"] == 3 and "share them" in hardware["oversubscribed"]
     for record in records:
         record["local_world_size"] = 2

@@ -80,5 +80,5 @@ def test_server_summary_pools_launches_weighting_staleness_by_gradients():
     assert summary == {"servers": 1, "timed_updates": 40, "updates_per_s": 3.0, "staleness_mean": 0.625,
                        "staleness_max": 2}
     assert server_summary([]) is None
-    rows = server_rows([("torch-ps-async-synthetic-resnet50-g3", summary, {"optimizer": 0.4})])
-    assert rows[1] == ["torch-ps-async-synthetic-resnet50-g3", "1", "3.0", "0.62", "2", "40%"]
+    rows = server_rows([("torch_ps_async-synthetic-resnet50-g3", summary, {"optimizer": 0.4})])
+    assert rows[1] == ["torch_ps_async-synthetic-resnet50-g3", "1", "3.0", "0.62", "2", "40%"]

@@ -33,9 +33,9 @@ def test_a_framework_is_measured_against_ddp_on_the_same_loader_model_and_ranks(
 
 def test_a_parameter_server_cell_meets_the_ddp_cell_with_as_many_training_ranks():
     # g3 of two workers and a server (which writes no training record) beside DDP's g2: the same global batch
-    measured = [(cell("ddp"), records(0.100, 2)), (cell("torch-ps-sync", ranks=3), records(0.200, 2, seed=1))]
+    measured = [(cell("ddp"), records(0.100, 2)), (cell("torch_ps_sync", ranks=3), records(0.200, 2, seed=1))]
     [ratio] = framework_ratios(measured)
-    assert ratio.cell == cell("torch-ps-sync", ranks=3) and ratio.training_ranks == 2
+    assert ratio.cell == cell("torch_ps_sync", ranks=3) and ratio.training_ranks == 2
     assert abs(ratio.ratio.value - 0.5) < 0.02
     assert comparison_rows([ratio])[1][2] == "3 (2 training)"
 

@@ -135,7 +135,7 @@ def test_each_profile_generates_its_own_dataset_beside_the_others(tmp_path, monk
 
 def test_a_parameter_server_cell_needs_a_worker_and_counts_only_its_workers_against_the_capacity():
     def reason(ranks: int, servers: int = 1, capacity: int = 2) -> str | None:
-        cell = Cell(framework="torch-ps-async", loader="synthetic", model="resnet50", ranks=ranks)
+        cell = Cell(framework="torch_ps_async", loader="synthetic", model="resnet50", ranks=ranks)
         return preflight.skip_reason(cell, False, capacity, "this machine offers 2 CPU core(s)", ps_servers=servers)
 
     assert "1 rank(s) leave no worker beside 1 parameter server(s)" in reason(1)
@@ -145,7 +145,7 @@ def test_a_parameter_server_cell_needs_a_worker_and_counts_only_its_workers_agai
 
 
 def test_a_rank_count_fits_where_one_of_its_cells_fits():
-    options = SuiteOptions(device="cpu", gpus="1,2,3", frameworks="ddp,torch-ps-sync", loaders="synthetic")
+    options = SuiteOptions(device="cpu", gpus="1,2,3", frameworks="ddp,torch_ps_sync", loaders="synthetic")
     # 3 ranks: DDP's 3 training ranks do not fit 2 cores, the parameter server's 2 workers do
     preflight.check_rank_counts(options, [(1, 1), (2, 2), (3, 3), (2, 1), (3, 2)], 2, "2 cores")
     with pytest.raises(SuiteError, match="--gpus 1,2,3: 3 ranks asked for, but 2 cores"):

@@ -24,8 +24,8 @@ FRAMEWORKS = Registry("framework", {
                         install="bash ci/install_horovod_tf.sh (builds Horovod against TensorFlow)", uses_mpi=True,
                         runtime="tensorflow", stack={**_TENSORFLOW["stack"], "horovod": "horovod"}),
     "mxnet": Entry("harness.rank.frameworks.mxnet:MXNetAdapter", **_MXNET),
-    "torch-ps-sync": Entry(_TORCH_PS, {"mode": "sync"}, knobs=("ps_servers",)),
-    "torch-ps-async": Entry(_TORCH_PS, {"mode": "async"}, knobs=("ps_servers",)),
+    "torch_ps_sync": Entry(_TORCH_PS, {"mode": "sync"}, knobs=("ps_servers",)),
+    "torch_ps_async": Entry(_TORCH_PS, {"mode": "async"}, knobs=("ps_servers",)),
 })
 
 

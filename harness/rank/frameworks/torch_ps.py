@@ -53,7 +53,7 @@ def _finish(worker: int) -> None:
 
 
 class TorchPSAdapter(FrameworkAdapter):
-    name = "torch-ps"
+    name = "torch_ps"
 
     def __init__(self, *, mode: str, ps_servers: int = 1, timeout_s: int = 300):
         if mode not in MODES:
