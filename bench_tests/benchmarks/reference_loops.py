@@ -66,7 +66,8 @@ def ddp_loop(args: argparse.Namespace, images: torch.Tensor, labels: torch.Tenso
     device = rank_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     model, optimizer = model_and_optimizer(args, dist.get_world_size(), device)
-    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=None if device.type == "cpu" else [device.index])
+    model = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=None if device.type == "cpu" else [device.index])
     images, labels = images.to(device), labels.to(device)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
 

@@ -102,7 +102,8 @@ def run_harness(framework: str, ranks: int, launcher: Launcher, workdir: Path, c
     return throughput(run.records, wait_share(run.records))
 
 
-def run_reference(framework: str, ranks: int, launcher: Launcher, workdir: Path, compared: Setting) -> Throughput:
+def run_reference(framework: str, ranks: int, launcher: Launcher, workdir: Path,
+                  compared: Setting) -> Throughput:
     """The reference loop through ``launcher``, its environment prepared as harness.launch.runner prepares a cell's."""
     out = workdir / f"reference-{framework}-g{ranks}"
     shutil.rmtree(out, ignore_errors=True)

@@ -77,14 +77,15 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     from harness.machine.node import node_facts
     from harness.machine.provenance import package_versions
     from harness.rank.faults import with_fault, with_fault_batches
-    from harness.rank.frameworks import FRAMEWORKS
+    from harness.rank.frameworks import FRAMEWORKS, serves
     from harness.rank.runtime import RUNTIMES
     from harness.rank.trainloop import DelayedBatches, train
     from harness.rank.workload import Workload
 
     cell, workload, options = Cell(**spec.cell), Workload(**spec.workload), spec.options
     runtime = RUNTIMES.create(FRAMEWORKS.entry(cell.framework).runtime)
-    device = runtime.pick_device(options.device, rank.local_rank)
+    serving = serves(cell.framework, rank.rank, rank.world_size, workload.ps_servers)
+    device = runtime.pick_device("cpu" if serving else options.device, rank.local_rank)
     if options.cores_per_rank:
         cores = bind(rank.local_rank, options.cores_per_rank)
     elif device.type == "cuda":
@@ -152,12 +153,15 @@ def run_accuracy_task(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     import torch
 
     from harness.machine.node import node_facts
+    from harness.rank.frameworks import serves
     from harness.rank.torch_runtime import TorchRuntime
+    from harness.rank.workload import Workload
     from harness.tasks.accuracy import run_accuracy
 
     cell, settings = spec.cell, spec.options.accuracy
     torch.set_num_threads(threads_for(rank, spec.options.threads_per_rank))
-    device = TorchRuntime().pick_device(spec.options.device, rank.local_rank)
+    serving = serves(cell["framework"], rank.rank, rank.world_size, Workload().ps_servers)  # as accuracy_cells
+    device = TorchRuntime().pick_device("cpu" if serving else spec.options.device, rank.local_rank)
     with framework_on_this_rank(cell["framework"], cell["ranks"], cell["batch_per_rank"], spec, rank,
                                 device) as adapter:
         outcome = run_accuracy(adapter, rank=rank, device=device, schedule=cell["schedule"],

@@ -50,7 +50,7 @@ PUBLISHED_NOTES = ((SEED_004, SEED_004_QUOTE, "CPU clusters; the ratios in the t
                    (SEED_002, SEED_002_QUOTE, "V100 GPUs: E_G 0.84 at 12 GPUs, beside the summary's E_G column"),
                    (SEED_004, SEED_004_PS_QUOTE, "CPU clusters, parameter server; it publishes no figure for "
                                                  "PyTorch's, whose cells (torch_ps_sync, torch_ps_async) the table "
-                                                 "sets beside DDP's all-reduce at the same rank count"))
+                                                 "sets beside DDP's all-reduce with as many training ranks"))
 """What the related studies publish about frameworks side by side: (seed, quote, how it reads here)."""
 
 

@@ -4,6 +4,7 @@ cores each CPU rank owns. Each check raises :class:`harness.config.options.Suite
 or file, so a bad input launches nothing and changes no file."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -114,16 +115,29 @@ def uses_gpus(device: str, env: Mapping[str, str] = os.environ) -> bool:
     return seen > 0
 
 
-def check_rank_counts(options: SuiteOptions, cells: Iterable[tuple[int, int]], capacity: int, where: str) -> None:
+def check_rank_counts(options: SuiteOptions, cells: Iterable[Cell], ps_servers: int, capacity: int,
+                      where: str) -> None:
     """Counts asked for with --gpus must fit; default counts that do not are skipped (skip_reason).
-    ``cells``: each cell's rank count and training ranks. A count fits where one of its cells' training
-    ranks fit (three ranks are two workers and a parameter server); its other cells are skipped."""
+    A count fits where one of its cells' training ranks fit (three ranks are two workers and a
+    parameter server); its other cells are skipped."""
     fewest: dict[int, int] = {}
-    for ranks, training in cells:
-        fewest[ranks] = min(training, fewest.get(ranks, training))
+    for cell in cells:
+        training = training_ranks(cell.framework, cell.ranks, ps_servers)
+        fewest[cell.ranks] = min(training, fewest.get(cell.ranks, training))
     too_many = [ranks for ranks, training in sorted(fewest.items()) if training > capacity]
     if options.gpus and too_many:
         raise SuiteError(f"--gpus {options.gpus}: {too_many[-1]} ranks asked for, but {where}")
+
+
+def processes(cells: Iterable[Cell], ps_servers: int, capacity: int) -> list[int]:
+    """The processes (ranks) of each cell whose training ranks fit the capacity."""
+    return [cell.ranks for cell in cells if training_ranks(cell.framework, cell.ranks, ps_servers) <= capacity]
+
+
+def reference_cell(cell: Cell, counts: Iterable[int], ps_servers: int) -> Cell:
+    """The cell of ``cell``'s series its E_G is relative to: the fewest ranks that train at all."""
+    fewest = min(count for count in counts if training_ranks(cell.framework, count, ps_servers) >= 1)
+    return dataclasses.replace(cell, ranks=fewest)
 
 
 def cores_per_rank(options: SuiteOptions, processes: Iterable[int], gpus: bool) -> int | None:

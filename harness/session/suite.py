@@ -30,7 +30,6 @@ from harness.machine.environment import capture as capture_environment
 from harness.machine.provenance import provenance
 from harness.machine.system import detect_system, rank_capacity
 from harness.rank.faults import Fault
-from harness.rank.frameworks import training_ranks
 from harness.rank.spec import RankOptions
 from harness.rank.workload import Workload
 from harness.session import preflight
@@ -121,8 +120,7 @@ class Suite:
             return
         options = self.options
         if options.gpus:
-            counts = [(cell.ranks, training_ranks(cell.framework, cell.ranks, self.ps_servers)) for cell in self.cells()]
-            preflight.check_rank_counts(options, counts, *self._rank_capacity)
+            preflight.check_rank_counts(options, self.cells(), self.ps_servers, *self._rank_capacity)
         preflight.check_writable_places(options)
         self.data_dir, self.tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()},
                                                                    self.profile.dataset)
@@ -137,10 +135,8 @@ class Suite:
         if options.history_dir is not None:
             preflight.check_history(options.history_dir / f"{self.system}.jsonl")
         self._workload = self.workload()
-        capacity = self._rank_capacity[0]
-        processes = [cell.ranks for cell in self.cells()
-                     if training_ranks(cell.framework, cell.ranks, self.ps_servers) <= capacity]
-        self.cores_per_rank = preflight.cores_per_rank(options, processes or [1], self.uses_gpus)
+        self.cores_per_rank = preflight.cores_per_rank(options, preflight.processes(
+            self.cells(), self.ps_servers, self._rank_capacity[0]), self.uses_gpus)
         self._provenance = provenance(HARNESS_SOURCE)
         self._environment = capture_environment()
         self.run_id = uuid.uuid4().hex[:12]
@@ -162,7 +158,7 @@ class Suite:
                     result.runs.append(run)
                     if run.ok:
                         evaluate(result, config=dataclasses.asdict(self._workload), baselines=self.baselines,
-                                 reference_cell=dataclasses.replace(cell, ranks=min(self.matrix.ranks)),
+                                 reference_cell=preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers),
                                  earlier=self.results, use_yardstick=self.options.yardstick)
                 if not run.ok or self._measured_enough(result, started, run.wall_s):
                     break

@@ -146,7 +146,12 @@ def test_a_parameter_server_cell_needs_a_worker_and_counts_only_its_workers_agai
 
 def test_a_rank_count_fits_where_one_of_its_cells_fits():
     options = SuiteOptions(device="cpu", gpus="1,2,3", frameworks="ddp,torch_ps_sync", loaders="synthetic")
+    ddp, ps = ([Cell(framework=f, loader="synthetic", model="resnet50", ranks=r) for r in (1, 2, 3)]
+               for f in ("ddp", "torch_ps_sync"))
     # 3 ranks: DDP's 3 training ranks do not fit 2 cores, the parameter server's 2 workers do
-    preflight.check_rank_counts(options, [(1, 1), (2, 2), (3, 3), (2, 1), (3, 2)], 2, "2 cores")
+    preflight.check_rank_counts(options, ddp + ps, 1, 2, "2 cores")
     with pytest.raises(SuiteError, match="--gpus 1,2,3: 3 ranks asked for, but 2 cores"):
-        preflight.check_rank_counts(options, [(1, 1), (2, 2), (3, 3)], 2, "2 cores")
+        preflight.check_rank_counts(options, ddp, 1, 2, "2 cores")
+    assert preflight.processes(ddp + ps, 1, 2) == [1, 2, 1, 2, 3]
+    assert preflight.reference_cell(ps[2], (1, 2, 3), 1) == ps[1]  # a parameter server's 1 rank trains nothing
+    assert preflight.reference_cell(ddp[2], (1, 2, 3), 1) == ddp[0]

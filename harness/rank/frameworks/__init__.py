@@ -37,3 +37,8 @@ def has_servers(framework: str) -> bool:
 def training_ranks(framework: str, ranks: int, ps_servers: int) -> int:
     """How many of a cell's ranks train, each needing a GPU or cores of its own: all but its servers."""
     return ranks - ps_servers if has_servers(framework) else ranks
+
+
+def serves(framework: str, rank: int, world_size: int, ps_servers: int) -> bool:
+    """Whether ``rank`` is one of the cell's parameter servers (the last ranks): it needs no GPU."""
+    return rank >= training_ranks(framework, world_size, ps_servers)

@@ -118,16 +118,18 @@ class TorchPSAdapter(FrameworkAdapter):
         parameters = list(self.model.parameters())
         with torch.no_grad():
             for index, value in zip(self.shards[server], reply.parameters):
-                parameters[index].copy_(value, non_blocking=True)
+                parameters[index].copy_(value)
         self.versions[server] = reply.version
 
     def _call(self, server: int, how: Callable, function: Callable, *args) -> Any:
-        name = self._name(self._server_rank(server))
         try:
-            return how(name, function, args=args)
+            return how(self._name(self._server_rank(server)), function, args=args)
         except RuntimeError as error:
-            raise RuntimeError(f"parameter server {name} (rank {self._server_rank(server)}) did not answer: "
-                               f"{error}") from error
+            raise self._unanswered(server, error) from error
+
+    def _unanswered(self, server: int, error: Exception) -> RuntimeError:
+        rank = self._server_rank(server)
+        return RuntimeError(f"parameter server {self._name(rank)} (rank {rank}) did not answer: {error}")
 
     # --- a worker's step --------------------------------------------------------------------------
 
@@ -147,9 +149,7 @@ class TorchPSAdapter(FrameworkAdapter):
             try:
                 reply = future.wait()
             except RuntimeError as error:
-                name = self._name(self._server_rank(server))
-                raise RuntimeError(f"parameter server {name} (rank {self._server_rank(server)}) did not answer: "
-                                   f"{error}") from error
+                raise self._unanswered(server, error) from error
             self._take(server, reply)
         self.model.zero_grad(set_to_none=True)
 
