@@ -141,7 +141,7 @@ def pytest_configure(config: pytest.Config) -> None:
     values = {dest: config.getoption(f"dlscale_{dest}") for _, dest, _, _ in OPTIONS}
     values = {key: value for key, value in values.items() if value is not None}
     session = session_name()
-    root = Path(config.rootpath)  # the project's: its baselines/, history/ and results/ by default
+    root = project_root(config.inipath, config.invocation_params.dir)
     values.setdefault("baselines_dir", root / "baselines")
     values.setdefault("history_dir", root / "history")
     results_dir = values.pop("results_dir", None) or root / "results"
@@ -339,7 +339,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         skipped.append("the HTML report")
     elif suite.results and suite.options.report:
         with INTERRUPTS.writing():
-            collectives = Path(config.rootpath) / COLLECTIVES_FILE
+            collectives = project_root(config.inipath, config.invocation_params.dir) / COLLECTIVES_FILE
             index = write_report(suite.results_document(), suite.options.report,
                                  collectives=collectives if collectives.exists() else None,
                                  history=suite.history_rows())
@@ -356,6 +356,13 @@ def _cores_words(suite: Suite) -> str:
     if cores:
         return f", {cores} core(s) per rank"
     return ", ranks share the node's cores (more ranks than cores: E_G's ideal is below 1)"
+
+
+def project_root(inipath: Path | None, invocation_dir: Path) -> Path:
+    """Where the project's baselines/, history/ and results/ are by default: beside its pytest
+    configuration, else where pytest was started. Not pytest's rootdir: an option's value naming
+    an existing directory (``--results-dir /scratch/results`` on the second night) moves that."""
+    return Path(inipath).parent if inipath else Path(invocation_dir)
 
 
 def _write_accuracy_plots(results, directory: Path) -> list[Path]:
