@@ -71,7 +71,7 @@ def skip_reason(cell: Cell | AccuracyCell, gpus: bool, capacity: int, where: str
         return f"loader {cell.loader} decodes on the GPU and this machine has none"
     training = training_ranks(cell.framework, cell.ranks, ps_servers) if isinstance(cell, Cell) else cell.training_ranks
     if training > capacity:
-        return f"{cell.id} needs {training} training ranks but {where}"
+        return f"{cell.id} needs {training} {'training ' if training != cell.ranks else ''}ranks but {where}"
     return None
 
 
