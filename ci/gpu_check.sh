@@ -4,7 +4,9 @@
 #   1. the harness's DDP cell against PyTorch's own loop (bench_tests/benchmarks/test_reference_loops.py)
 #      on the study's workload (ResNet50, 224 px, 64 images per GPU), NCCL, a GPU per rank, torchrun;
 #   2. the scaling suite's DDP cells with the synthetic and the native loader on that workload;
-#   3. the unit tests, on a machine where torch sees a GPU.
+#   3. the parameter-server cells (torch_ps_sync, torch_ps_async: one GPU worker, one CPU server) beside
+#      DDP with as many training ranks, under torchrun;
+#   4. the unit tests, on a machine where torch sees a GPU.
 #   ci/gpu_check.sh OUT_DIR [RANKS, default: the node's GPU count]
 # Everything lands in OUT_DIR: one log per part and the suite's results.json.
 set -uo pipefail
@@ -38,5 +40,9 @@ part reference env DLSCALE_BENCHMARKS=1 DLSCALE_REFERENCE_DEVICE=cuda DLSCALE_RE
 part suite "$python" -m pytest -m scaling --pyargs harness.bench -p no:cacheprovider --launcher torchrun \
     --device cuda --profile study --gpus "$rank_list" --frameworks ddp --loaders synthetic,native \
     --models resnet50 --measure-budget 30 --no-history --results-dir "$out/results" --results-json "$out/results.json"
+part parameter_server "$python" -m pytest -m scaling --pyargs harness.bench -p no:cacheprovider --launcher torchrun \
+    --device cuda --profile study --gpus 1,2 --frameworks ddp,torch_ps_sync,torch_ps_async --loaders synthetic \
+    --models resnet50 --measure-budget 15 --hang-timeout 120 --no-history --results-dir "$out/results" \
+    --results-json "$out/parameter_server.json"
 part unit timeout 150 "$python" -m pytest bench_tests/unit -q -p no:cacheprovider --timeout 60
 exit "$status"

@@ -82,3 +82,20 @@ def test_server_summary_pools_launches_weighting_staleness_by_gradients():
     assert server_summary([]) is None
     rows = server_rows([("torch_ps_async-synthetic-resnet50-g3", summary, {"optimizer": 0.4})])
     assert rows[1] == ["torch_ps_async-synthetic-resnet50-g3", "1", "3.0", "0.62", "2", "40%"]
+
+
+@pytest.mark.parametrize("agent_store, port", [(None, 29501), ("True", 29500), ("False", 29501)])
+def test_rpc_meets_at_torchruns_store_under_torchrun_and_on_a_port_of_its_own_elsewhere(monkeypatch, agent_store,
+                                                                                        port):
+    """torch 2.11 under torchrun makes every rendezvous a client of the agent's store: one on
+    another port waited for ever (a parameter-server cell on an H200 hung in set-up)."""
+    from harness.rank.frameworks.torch_ps import rpc_rendezvous
+    from harness.rank.rankenv import RankInfo
+
+    if agent_store is None:
+        monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    else:
+        monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", agent_store)
+    rank = RankInfo(rank=0, world_size=2, local_rank=0, local_world_size=2, master_addr="node1", master_port=29500,
+                    source="torchrun")
+    assert rpc_rendezvous(rank) == f"tcp://node1:{port}"

@@ -14,12 +14,13 @@ the schedule's), which each push sends along. An asynchronous update is one work
 is applied at that rate over the worker count.
 
 Ports derive from the launch's ``MASTER_PORT``: the process group (gloo, for the workers' barrier
-and averages) uses it, the RPC agent's rendezvous the next one. RPC carries CPU tensors: on a GPU a
+and averages) uses it, the RPC agent's rendezvous the next one (:func:`rpc_rendezvous`). RPC carries CPU tensors: on a GPU a
 worker copies its gradients to the host and the answer back, as the tutorials do.
 """
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 import time
 from typing import Any, Callable
@@ -76,8 +77,7 @@ class TorchPSAdapter(FrameworkAdapter):
         dist.init_process_group("gloo", init_method="env://", rank=rank.rank, world_size=rank.world_size,
                                 timeout=timeout)
         self.worker_group = dist.new_group(list(range(self.workers)), timeout=timeout)
-        options = rpc.TensorPipeRpcBackendOptions(
-            init_method=f"tcp://{rank.master_addr}:{rank.master_port + RPC_PORT_OFFSET}", rpc_timeout=self.timeout_s,
+        options = rpc.TensorPipeRpcBackendOptions(init_method=rpc_rendezvous(rank), rpc_timeout=self.timeout_s,
             num_worker_threads=max(16, 2 * self.workers))
         rpc.init_rpc(self._name(rank.rank), rank=rank.rank, world_size=rank.world_size, rpc_backend_options=options)
 
@@ -196,6 +196,17 @@ class TorchPSAdapter(FrameworkAdapter):
                 else "one worker's batch per update (the scaled rate over the workers)",
                 "server_elements": [sum(p.numel() for i, p in enumerate(self.model.parameters()) if i in shard)
                                     for shard in self.shards]}
+
+
+def rpc_rendezvous(rank: RankInfo) -> str:
+    """Where the RPC agents meet: a store of their own on the port after the process group's, or,
+    under torchrun, the elastic agent's store, as the process group does. Some torch versions (2.11;
+    not 2.14) make every rank of every rendezvous under torchrun a client of a store they assume
+    the agent serves, so that one on another port waits for ever. RPC keeps its keys apart from the
+    process group's by a prefix of its own."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return f"tcp://{rank.master_addr}:{rank.master_port}"
+    return f"tcp://{rank.master_addr}:{rank.master_port + RPC_PORT_OFFSET}"
 
 
 def rpc_ready() -> bool:
