@@ -76,7 +76,7 @@ OPTIONS = (
     ("--steps", "steps", "timed steps per cell (overrides the profile)", int),
     ("--warmup-steps", "warmup_steps", "untimed warm-up steps per cell (overrides the profile)", int),
     ("--num-workers", "num_workers", "DataLoader workers per rank (overrides the profile)", int),
-    ("--ps-servers", "ps_servers", "parameter-server cells (torch_ps_sync, torch_ps_async): how many of a "
+    ("--ps-servers", "ps_servers", "parameter-server cells (torch_ps_*, mxnet_ps_*): how many of a "
                                    "cell's ranks serve, the last ones (default 1); the others train", int),
     ("--cores-per-rank", "cores_per_rank", "CPU cells: cores each rank owns, bound by the launcher or the rank "
                                            "(default: the node's cores over the most ranks a cell puts on it)", int),

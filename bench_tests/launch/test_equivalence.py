@@ -80,20 +80,26 @@ def test_every_framework_learns_the_same_batch_from_the_same_start(tmp_path):
                 f"{name} diverges from {reference_name} ({runtime})"
 
 
-@pytest.mark.parametrize("framework, ranks, workers", [("torch_ps_sync", 3, 2), ("torch_ps_async", 2, 1)])
-def test_a_parameter_server_trains_as_all_reduce_does(framework, ranks, workers, tmp_path):
+@pytest.mark.parametrize("framework, ranks, workers, all_reduce", [
+    ("torch_ps_sync", 3, 2, "ddp"), ("torch_ps_async", 2, 1, "ddp"),
+    ("mxnet_ps_sync", 3, 2, "mxnet"), ("mxnet_ps_async", 2, 1, "mxnet")])
+def test_a_parameter_server_trains_as_all_reduce_does(framework, ranks, workers, all_reduce, tmp_path):
     """Synchronous, the server applies the mean of two workers' gradients at the rate scaled for
-    both: DDP's all-reduced step. Asynchronous with one worker, each gradient is applied as it
-    comes: plain SGD. Either way the first worker's losses are DDP's on as many ranks, to rounding
-    (the mean is summed in another order, and the update runs in another process)."""
+    both: the all-reduced step of the runtime's own cell (DDP's; MXNet's, whose workers sum through
+    a server and update themselves). Asynchronous with one worker, each gradient is applied as it
+    comes: plain SGD. Either way the first worker's losses are those of the all-reduce cell on as
+    many ranks, to rounding (the mean is summed in another order, the update runs in another process)."""
     launcher = LAUNCHERS.create("mpirun")
     if reason := launcher.unavailable_reason():
         pytest.skip(reason)
     workload = TINY.replace(warmup_steps=0, steps=12)
     losses = {}
-    for name, count in ((framework, ranks), ("ddp", workers)):
+    entry = FRAMEWORKS.entry(framework)
+    if reason := unavailable(entry.runtime, entry):
+        pytest.skip(reason)
+    for name, count in ((framework, ranks), (all_reduce, workers)):
         cell = Cell(framework=name, loader="synthetic", model="resnet44", ranks=count)
         run = run_cell(cell, workload, launcher, workdir=tmp_path, options=RankOptions(threads_per_rank=1))
         assert run.ok, run.error
         losses[name] = min(run.records, key=lambda r: r["rank"])["losses"]
-    assert losses[framework] == pytest.approx(losses["ddp"], rel=1e-4), losses
+    assert losses[framework] == pytest.approx(losses[all_reduce], rel=1e-4), losses

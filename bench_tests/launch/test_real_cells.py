@@ -57,9 +57,10 @@ FRAMEWORK_CELLS = [
     ("horovod", "horovodrun", "synthetic", 2),
     ("deepspeed", "deepspeed", "synthetic", 2),
     # the other runtimes' ranks through the other launchers too (torchrun runs in torch's interpreter
-    # and starts them with --no-python; Horovod, which needs MPI or its own rendezvous, through horovodrun)
+    # and starts them with --no-python; Horovod, which needs MPI or its own rendezvous, through horovodrun);
+    # a parameter-server framework's roles follow the rank any launcher gives, as its runtime's ranks do
     *[(framework, launcher, "synthetic", 2) for framework in FRAMEWORKS.names()
-      if FRAMEWORKS.entry(framework).runtime != "torch"
+      if FRAMEWORKS.entry(framework).runtime != "torch" and not has_servers(framework)
       for launcher in ("mpirun", "horovodrun" if FRAMEWORKS.entry(framework).uses_mpi else "torchrun")],
 ]
 

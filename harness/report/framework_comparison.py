@@ -43,14 +43,19 @@ class PublishedRatio:
 PUBLISHED_RATIOS = {
     "tensorflow": PublishedRatio(framework="tensorflow", ratio=1 / 2.65, source=SEED_004, quote=SEED_004_QUOTE),
     "mxnet": PublishedRatio(framework="mxnet", ratio=1.38, source=SEED_004, quote=SEED_004_QUOTE),
+    "mxnet_ps_sync": PublishedRatio(framework="mxnet_ps_sync", ratio=1.38, source=SEED_004, quote=SEED_004_QUOTE),
 }
-"""Seed 004 measured image classification on CPU clusters; dlscale's frameworks it names."""
+"""Seed 004 measured image classification on CPU clusters; dlscale's frameworks it names. MXNet's
+synchronous figure is its kvstore's, a parameter server either way: the ``mxnet`` cell's one server
+beside rank 0, or ``mxnet_ps_sync``'s serving ranks."""
 
 PUBLISHED_NOTES = ((SEED_004, SEED_004_QUOTE, "CPU clusters; the ratios in the table's last column"),
                    (SEED_002, SEED_002_QUOTE, "V100 GPUs: E_G 0.84 at 12 GPUs, beside the summary's E_G column"),
-                   (SEED_004, SEED_004_PS_QUOTE, "CPU clusters, parameter server; it publishes no figure for "
-                                                 "PyTorch's, whose cells (torch_ps_sync, torch_ps_async) the table "
-                                                 "sets beside DDP's all-reduce with as many training ranks"))
+                   (SEED_004, SEED_004_PS_QUOTE, "CPU clusters, parameter server; its one asynchronous figure "
+                                                 "sets MXNet beside TensorFlow, whose asynchronous parameter "
+                                                 "server dlscale does not run; the table sets the parameter-server "
+                                                 "cells (torch_ps_*, mxnet_ps_*) beside DDP's all-reduce with as "
+                                                 "many training ranks"))
 """What the related studies publish about frameworks side by side: (seed, quote, how it reads here)."""
 
 

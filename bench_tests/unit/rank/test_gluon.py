@@ -34,6 +34,16 @@ def test_workers_listen_in_rank_order_apart_from_the_scheduler_and_the_server():
     assert all(process_environment({}, rank, "worker")["DMLC_PS_ROOT_PORT"] == str(scheduler) for rank in world)
 
 
+def test_serving_ranks_are_ps_lites_servers_and_the_others_its_workers():
+    """mxnet_ps_*: of 5 ranks the last 2 serve; every process listens on a port of its own."""
+    world = [rank_info(rank, 5) for rank in range(5)]
+    roles = ["worker"] * 3 + ["server"] * 2
+    envs = [process_environment({}, rank, role, serving_ranks=2) for rank, role in zip(world, roles)]
+    assert {(env["DMLC_NUM_SERVER"], env["DMLC_NUM_WORKER"]) for env in envs} == {("2", "3")}
+    assert [int(env["PORT"]) for env in envs] == list(range(29502, 29507))
+    assert process_environment({}, world[0], "scheduler", serving_ranks=2)["DMLC_PS_ROOT_PORT"] == "29501"
+
+
 def test_the_scheduler_binds_every_interface_so_the_rendezvous_may_be_a_host_name():
     env = process_environment({}, rank_info(0, 2), "scheduler", node_host="10.0.0.7")
     assert env["DMLC_ROLE"] == "scheduler" and env["DMLC_USE_KUBERNETES"] == "1"
@@ -106,3 +116,31 @@ def test_a_cpu_rank_is_placed_without_loading_mxnet(tmp_path):
     assert not nvidia_gpus_present(tmp_path / "gpus")
     (tmp_path / "gpus" / "0000:17:00.0").mkdir()
     assert nvidia_gpus_present(tmp_path / "gpus")
+
+
+def test_a_servers_updater_counts_timed_rounds_of_every_key_and_sums_the_averages():
+    """mxnet_ps_*'s server (no MXNet needed: numpy arrays stand in for NDArrays, as both add in place)."""
+    import numpy as np
+
+    from harness.rank.frameworks.mxnet import AVERAGE_KEY
+    from harness.rank.frameworks.mxnet_ps import UpdateCounter
+
+    heard, ticks = [], iter(range(100))
+    counter = UpdateCounter(lambda *args: heard.append(args), expected=2, clock=lambda: float(next(ticks)))
+    weights = {key: np.zeros(2) for key in (0, 1)}
+    counter(0, np.ones(2), weights[0])  # before the optimizer: the server stores what it gets
+    assert weights[0].tolist() == [1.0, 1.0]
+    counter.optimizer_updater = lambda key, gradient, weight: weight.__isub__(0.5 * gradient)
+    counter(1, np.ones(2), weights[1])  # warm-up: applied, not counted
+    counter.window_starts()
+    for key in (0, 1, 0):
+        counter(key, np.ones(2), weights[key])
+    assert counter.stats.updates == 1 and heard == [("timed", 1, 2)]  # key 1 has had one timed update
+    counter(1, np.ones(2), weights[1])
+    assert weights[0].tolist() == [0.0, 0.0] and weights[1].tolist() == [-1.5, -1.5]
+    assert counter.stats.to_json()["timed_updates"] == 2 and heard[-1] == ("timed", 2, 2)
+    assert counter.stats.to_json()["updates_per_s"] == 2 / (counter.stats.last_update - counter.stats.first_arrival)
+    total = np.zeros(1)
+    for value in (3.0, 5.0):
+        counter(AVERAGE_KEY + 4, np.array([value]), total)
+    assert total.tolist() == [8.0] and counter.stats.updates == 2

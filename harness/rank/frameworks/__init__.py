@@ -12,6 +12,7 @@ _DEEPSPEED = {"requires": "deepspeed", "install": f"pip install 'dlscale[deepspe
 _TENSORFLOW = {"runtime": "tensorflow", "stack": {"tensorflow": "tensorflow", "keras": "keras"}}
 _MXNET = {"runtime": "mxnet", "stack": {"mxnet": "mxnet"}}
 _TORCH_PS = "harness.rank.frameworks.torch_ps:TorchPSAdapter"
+_MXNET_PS = "harness.rank.frameworks.mxnet_ps:MXNetPSAdapter"
 
 FRAMEWORKS = Registry("framework", {
     "ddp": Entry("harness.rank.frameworks.ddp:DDPAdapter"),
@@ -26,6 +27,8 @@ FRAMEWORKS = Registry("framework", {
     "mxnet": Entry("harness.rank.frameworks.mxnet:MXNetAdapter", **_MXNET),
     "torch_ps_sync": Entry(_TORCH_PS, {"mode": "sync"}, knobs=("ps_servers",)),
     "torch_ps_async": Entry(_TORCH_PS, {"mode": "async"}, knobs=("ps_servers",)),
+    "mxnet_ps_sync": Entry(_MXNET_PS, {"mode": "sync"}, knobs=("ps_servers",), **_MXNET),
+    "mxnet_ps_async": Entry(_MXNET_PS, {"mode": "async"}, knobs=("ps_servers",), **_MXNET),
 })
 
 

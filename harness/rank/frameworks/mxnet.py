@@ -9,7 +9,8 @@ until the workers finish), which share its cores: the server's summing is rank 0
 is a worker. All ports derive from the launch's ``MASTER_PORT``, so the ranks agree without
 talking: the scheduler's is the next one, the workers' follow in rank order, since ps-lite numbers
 the workers of one host by ascending port (across hosts it orders them by address first, and a
-kvstore rank that is not the launcher's is refused).
+kvstore rank that is not the launcher's is refused). :mod:`~harness.rank.frameworks.mxnet_ps` runs
+ps-lite with servers of their own, ranks of the launch.
 
 The step split: :meth:`MXNetAdapter.forward_backward` runs forward, backward and
 ``Trainer.allreduce_grads``, which pushes each gradient to the server, where the workers' pushes are
@@ -38,7 +39,8 @@ from harness.rank.rankenv import RankInfo, address_toward
 ROLES = ("scheduler", "server", "worker")
 SCHEDULER_PORT_OFFSET = 1
 WORKER_PORT_OFFSET = 2
-"""Rank r's worker listens on MASTER_PORT + 2 + r, the server on the port after the last worker's."""
+"""Rank r's worker (or server) listens on MASTER_PORT + 2 + r; a server beside rank 0 on the port after
+the last rank's."""
 AVERAGE_KEY = 1 << 30
 """Kvstore keys of :meth:`MXNetAdapter.average`, far above the Trainer's (one per parameter, from 0)."""
 START_TIMEOUT_S = 120.0
@@ -51,26 +53,28 @@ def is_ps_variable(name: str) -> bool:
 
 
 def process_environment(base: Mapping[str, str], rank: RankInfo, role: str,
-                        node_host: str | None = None) -> dict[str, str]:
+                        node_host: str | None = None, serving_ranks: int = 0) -> dict[str, str]:
     """``base`` with the ps-lite variables of one process of ``rank``'s job: its role, where the
-    scheduler listens, how many servers and workers it waits for, and, for the server and a
-    worker, the port it listens on and (where given) the address it tells the others."""
+    scheduler listens, how many servers and workers it waits for, and, for a server and a worker,
+    the port it listens on and (where given) the address it tells the others. ``serving_ranks``:
+    how many of the launch's ranks (the last) serve; 0 where one server runs beside rank 0 and
+    every rank is a worker."""
     if role not in ROLES:
         raise ValueError(f"unknown ps-lite role {role!r}; valid roles: {', '.join(ROLES)}")
-    server_port = rank.master_port + WORKER_PORT_OFFSET + rank.world_size
-    if server_port > 65535:
+    if rank.master_port + WORKER_PORT_OFFSET + rank.world_size > 65535:
         raise ValueError(f"MASTER_PORT {rank.master_port} leaves no room above it for ps-lite's "
                          f"{rank.world_size + 2} ports")
     env = {name: value for name, value in base.items() if not is_ps_variable(name)}
     env.update(DMLC_ROLE=role, DMLC_PS_ROOT_URI=rank.master_addr,
                DMLC_PS_ROOT_PORT=str(rank.master_port + SCHEDULER_PORT_OFFSET),
-               DMLC_NUM_SERVER="1", DMLC_NUM_WORKER=str(rank.world_size))
+               DMLC_NUM_SERVER=str(serving_ranks or 1), DMLC_NUM_WORKER=str(rank.world_size - serving_ranks))
     if role == "scheduler":
         # ZeroMQ binds an address, not a host name: this is ps-lite's one switch that makes the
         # scheduler bind every interface, so that MASTER_ADDR may be a name
         env["DMLC_USE_KUBERNETES"] = "1"
         return env
-    env["PORT"] = str(server_port if role == "server" else rank.master_port + WORKER_PORT_OFFSET + rank.rank)
+    beside_rank_0 = role == "server" and not serving_ranks
+    env["PORT"] = str(rank.master_port + WORKER_PORT_OFFSET + (rank.world_size if beside_rank_0 else rank.rank))
     if node_host:
         env["DMLC_NODE_HOST"] = node_host
     return env
@@ -144,24 +148,30 @@ class MXNetAdapter(FrameworkAdapter):
                 self._end_children(timeout_s=0)
                 raise
 
-    def _join_parameter_server(self, rank: RankInfo):
+    def _join_parameter_server(self, rank: RankInfo, kvstore: str = "dist_sync", serving_ranks: int = 0,
+                               role: str = "worker"):
+        """This process's part of ps-lite's job, as ``role``; rank 0 starts the scheduler (and,
+        without ``serving_ranks``, the one server) as its children first."""
         host = address_toward(rank.master_addr, rank.master_port)
         if rank.rank == 0:
             claim_port(rank.master_port + SCHEDULER_PORT_OFFSET)
-            self.children = {role: subprocess.Popen([sys.executable, "-c", "import mxnet"],
-                                                    env=process_environment(os.environ, rank, role, host))
-                             for role in ("scheduler", "server")}
+            children = ("scheduler",) if serving_ranks else ("scheduler", "server")
+            self.children = {child: subprocess.Popen([sys.executable, "-c", "import mxnet"],
+                                                     env=process_environment(os.environ, rank, child, host,
+                                                                             serving_ranks))
+                             for child in children}
             wait_until_listening(rank.master_addr, rank.master_port + SCHEDULER_PORT_OFFSET, self.children)
-        worker = process_environment(os.environ, rank, "worker", host)
-        for name in [name for name in os.environ if name not in worker]:
+        own = process_environment(os.environ, rank, role, host, serving_ranks)
+        for name in [name for name in os.environ if name not in own]:
             del os.environ[name]
-        os.environ.update(worker)
-        kv = self.mx.kv.create("dist_sync")
-        if (kv.rank, kv.num_workers) != (rank.rank, rank.world_size):
+        os.environ.update(own)
+        kv = self.mx.kv.create(kvstore)
+        workers = rank.world_size - serving_ranks
+        if role == "worker" and (kv.rank, kv.num_workers) != (rank.rank, workers):
             raise RuntimeError(
                 f"MXNet's kvstore numbers this worker {kv.rank} of {kv.num_workers}, but the launcher "
-                f"({rank.source}) started it as rank {rank.rank} of {rank.world_size}: ps-lite numbers workers "
-                f"by address, then port (this one: {worker.get('DMLC_NODE_HOST', 'auto')}:{worker['PORT']})")
+                f"({rank.source}) started it as rank {rank.rank} of {workers} workers: ps-lite numbers workers "
+                f"by address, then port (this one: {own.get('DMLC_NODE_HOST', 'auto')}:{own['PORT']})")
         return kv
 
     def wrap(self, model, optimizer, loss_fn: LossFn) -> None:
@@ -171,12 +181,16 @@ class MXNetAdapter(FrameworkAdapter):
                                              update_on_kvstore=False)
 
     def forward_backward(self, images, labels) -> Loss:
+        loss = self._backward(images, labels)
+        self.trainer.allreduce_grads()
+        return loss
+
+    def _backward(self, images, labels) -> Loss:
         with self.mx.autograd.record():
             losses = self.loss_fn(self.model(images), labels)
         losses.backward()
         if self.kv is not None and not self._weights_broadcast:
             self._broadcast_initial_weights()
-        self.trainer.allreduce_grads()
         return Loss(losses.mean())
 
     def _broadcast_initial_weights(self) -> None:

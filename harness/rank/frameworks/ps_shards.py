@@ -18,6 +18,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from harness.rank.frameworks.server_stats import ServerStats
+
 MODES = ("sync", "async")
 
 
@@ -42,25 +44,6 @@ class Reply:
     """Updates this shard has applied, this one included."""
 
 
-@dataclasses.dataclass
-class ShardStats:
-    """What a server saw of the timed window's gradients."""
-
-    updates: int = 0
-    """Updates applied for timed gradients."""
-    first_arrival: float | None = None
-    last_update: float | None = None
-    staleness: list[int] = dataclasses.field(default_factory=list)
-
-    def to_json(self) -> dict:
-        span = (self.last_update - self.first_arrival) if self.updates and self.first_arrival is not None else None
-        return {"timed_updates": self.updates, "timed_span_s": span,
-                "updates_per_s": self.updates / span if span else None,
-                "staleness_mean": statistics.fmean(self.staleness) if self.staleness else None,
-                "staleness_max": max(self.staleness) if self.staleness else None,
-                "staleness_count": len(self.staleness)}
-
-
 class Shard:
     """The parameters one server holds, their optimizer, and the update rule of ``mode``.
     ``push`` runs on the RPC agent's threads; a lock orders the updates."""
@@ -75,7 +58,7 @@ class Shard:
         self.optimizer = make_optimizer(self.parameters)
         self.lock = threading.Lock()
         self.version = 0
-        self.stats = ShardStats()
+        self.stats = ServerStats()
         self.done_workers: set[int] = set()
         self._pending: list[list[torch.Tensor]] = []
         self._pending_lr: list[float] = []
