@@ -25,10 +25,9 @@ import time
 from typing import Callable
 
 from harness.rank.frameworks.mxnet import AVERAGE_KEY, MXNetAdapter
-from harness.rank.frameworks.server_stats import ServerStats
+from harness.rank.frameworks.ps_common import ServerStats, check_settings, workers_beside
 from harness.rank.rankenv import RankInfo
 
-MODES = ("sync", "async")
 SERVE = "dlscale:serve"
 """Worker 0's command that the workers are set up: the server takes over its updater."""
 TIMED = "dlscale:timed"
@@ -72,10 +71,7 @@ class MXNetPSAdapter(MXNetAdapter):
     name = "mxnet_ps"
 
     def __init__(self, *, mode: str, ps_servers: int = 1, shutdown_timeout_s: float = 60.0):
-        if mode not in MODES:
-            raise ValueError(f"unknown parameter-server mode {mode!r}; valid modes: {', '.join(MODES)}")
-        if ps_servers < 1:
-            raise ValueError(f"a parameter-server cell needs at least one server, got --ps-servers {ps_servers}")
+        check_settings(mode, ps_servers)
         super().__init__(shutdown_timeout_s=shutdown_timeout_s)
         self.mode, self.servers = mode, ps_servers
         self.average_calls = 0
@@ -84,10 +80,7 @@ class MXNetPSAdapter(MXNetAdapter):
         import mxnet as mx
 
         self.mx, self.rank = mx, rank
-        self.workers = rank.world_size - self.servers
-        if self.workers < 1:
-            raise ValueError(f"{rank.world_size} rank(s) leave no worker beside {self.servers} parameter server(s): "
-                             f"a parameter-server cell needs more ranks than --ps-servers")
+        self.workers = workers_beside(self.servers, rank.world_size)
         try:
             self.kv = self._join_parameter_server(rank, f"dist_{self.mode}", self.servers,
                                                   "server" if self.serves() else "worker")

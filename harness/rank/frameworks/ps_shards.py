@@ -18,9 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from harness.rank.frameworks.server_stats import ServerStats
-
-MODES = ("sync", "async")
+from harness.rank.frameworks.ps_common import ServerStats, check_mode
 
 
 def assign_shards(sizes: Sequence[int], servers: int) -> list[int]:
@@ -51,8 +49,7 @@ class Shard:
     def __init__(self, parameters: Sequence[torch.Tensor], *, mode: str, workers: int,
                  make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
                  clock: Callable[[], float] = time.perf_counter):
-        if mode not in MODES:
-            raise ValueError(f"unknown parameter-server mode {mode!r}; valid modes: {', '.join(MODES)}")
+        check_mode(mode)
         self.mode, self.workers, self.clock = mode, workers, clock
         self.parameters = [tensor.detach().clone().requires_grad_(False) for tensor in parameters]
         self.optimizer = make_optimizer(self.parameters)

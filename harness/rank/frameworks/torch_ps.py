@@ -30,7 +30,8 @@ import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
 from harness.rank.frameworks.base import FrameworkAdapter, LossFn
-from harness.rank.frameworks.ps_shards import MODES, Reply, Shard, assign_shards
+from harness.rank.frameworks.ps_common import check_settings, workers_beside
+from harness.rank.frameworks.ps_shards import Reply, Shard, assign_shards
 from harness.rank.rankenv import RankInfo
 
 RPC_PORT_OFFSET = 1
@@ -57,10 +58,7 @@ class TorchPSAdapter(FrameworkAdapter):
     name = "torch_ps"
 
     def __init__(self, *, mode: str, ps_servers: int = 1, timeout_s: int = 300):
-        if mode not in MODES:
-            raise ValueError(f"unknown parameter-server mode {mode!r}; valid modes: {', '.join(MODES)}")
-        if ps_servers < 1:
-            raise ValueError(f"a parameter-server cell needs at least one server, got --ps-servers {ps_servers}")
+        check_settings(mode, ps_servers)
         self.mode, self.servers, self.timeout_s = mode, ps_servers, timeout_s
         self.timed = False
         self.versions: list[int] = []
@@ -69,10 +67,7 @@ class TorchPSAdapter(FrameworkAdapter):
 
     def setup(self, rank: RankInfo, device: torch.device) -> None:
         self.rank, self.device = rank, device
-        self.workers = rank.world_size - self.servers
-        if self.workers < 1:
-            raise ValueError(f"{rank.world_size} rank(s) leave no worker beside {self.servers} parameter server(s): "
-                             f"a parameter-server cell needs more ranks than --ps-servers")
+        self.workers = workers_beside(self.servers, rank.world_size)
         timeout = datetime.timedelta(seconds=self.timeout_s)
         dist.init_process_group("gloo", init_method="env://", rank=rank.rank, world_size=rank.world_size,
                                 timeout=timeout)

@@ -1,0 +1,49 @@
+"""What the parameter-server adapters share, whatever serves (torch RPC, ps-lite): their modes, the
+checks of their settings, and what a server records of the timed window. No framework is imported
+here, so that every runtime's environment can use it."""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+MODES = ("sync", "async")
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"unknown parameter-server mode {mode!r}; valid modes: {', '.join(MODES)}")
+
+
+def check_settings(mode: str, servers: int) -> None:
+    check_mode(mode)
+    if servers < 1:
+        raise ValueError(f"a parameter-server cell needs at least one server, got --ps-servers {servers}")
+
+
+def workers_beside(servers: int, world_size: int) -> int:
+    """The ranks that train, the last ``servers`` of ``world_size`` serving."""
+    workers = world_size - servers
+    if workers < 1:
+        raise ValueError(f"{world_size} rank(s) leave no worker beside {servers} parameter server(s): "
+                         f"a parameter-server cell needs more ranks than --ps-servers")
+    return workers
+
+
+@dataclasses.dataclass
+class ServerStats:
+    """What a server saw of the timed window's gradients."""
+
+    updates: int = 0
+    """Updates applied for timed gradients."""
+    first_arrival: float | None = None
+    last_update: float | None = None
+    staleness: list[int] = dataclasses.field(default_factory=list)
+    """Per timed gradient, where the server can tell (empty where it cannot)."""
+
+    def to_json(self) -> dict:
+        span = (self.last_update - self.first_arrival) if self.updates and self.first_arrival is not None else None
+        return {"timed_updates": self.updates, "timed_span_s": span,
+                "updates_per_s": self.updates / span if span else None,
+                "staleness_mean": statistics.fmean(self.staleness) if self.staleness else None,
+                "staleness_max": max(self.staleness) if self.staleness else None,
+                "staleness_count": len(self.staleness)}
