@@ -49,17 +49,15 @@ def threads_for(rank: RankInfo, requested: int | None) -> int:
 
 @contextlib.contextmanager
 def framework_on_this_rank(framework: str, ranks: int, batch_per_rank: int, spec: WorkerSpec, rank: RankInfo,
-                           device) -> Iterator:
+                           device, workload) -> Iterator:
     """The cell's framework adapter, set up for this rank's world and shut down after the block. It
     is given the workload's knobs that its registry entry claims (a parameter server's count)."""
     from harness.rank.frameworks import FRAMEWORKS
-    from harness.rank.workload import Workload
 
     if ranks != rank.world_size:
         raise RuntimeError(f"cell {Path(spec.output_dir).name} wants {ranks} ranks but the launcher started "
                            f"{rank.world_size}")
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master_addr, str(rank.master_port)
-    workload = Workload(**spec.workload) if spec.workload else Workload()
     knobs = {knob: getattr(workload, knob) for knob in FRAMEWORKS.entry(framework).knobs}
     adapter = FRAMEWORKS.create(framework, **knobs, **spec.options.framework_options)
     adapter.configure(batch_size=batch_per_rank, workdir=Path(spec.output_dir))
@@ -102,7 +100,8 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     # its threads (Horovod's background loop, DeepSpeed's, gloo's) can slow it. A CPU yardstick
     # says nothing about a GPU's speed, so GPU cells go without.
     yardstick = run_yardstick() if device.type == "cpu" and options.yardstick else None
-    with framework_on_this_rank(cell.framework, cell.ranks, workload.batch_size, spec, rank, device) as adapter:
+    with framework_on_this_rank(cell.framework, cell.ranks, workload.batch_size, spec, rank, device,
+                                workload) as adapter:
         with adapter.scope():
             model, optimizer, loss_fn = runtime.build(adapter, cell.model, workload,
                                                       adapter.training_ranks(rank.world_size), device)
@@ -160,10 +159,11 @@ def run_accuracy_task(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
 
     cell, settings = spec.cell, spec.options.accuracy
     torch.set_num_threads(threads_for(rank, spec.options.threads_per_rank))
-    serving = serves(cell["framework"], rank.rank, rank.world_size, Workload().ps_servers)  # as accuracy_cells
+    workload = Workload(ps_servers=cell["servers"]) if cell.get("servers") else Workload()
+    serving = serves(cell["framework"], rank.rank, rank.world_size, workload.ps_servers)
     device = TorchRuntime().pick_device("cpu" if serving else spec.options.device, rank.local_rank)
     with framework_on_this_rank(cell["framework"], cell["ranks"], cell["batch_per_rank"], spec, rank,
-                                device) as adapter:
+                                device, workload) as adapter:
         outcome = run_accuracy(adapter, rank=rank, device=device, schedule=cell["schedule"],
                                epochs=settings["epochs"], batch_per_rank=cell["batch_per_rank"],
                                base_lr=settings["base_lr"], reference_batch=settings["reference_batch"],
