@@ -45,9 +45,9 @@ PUBLISHED_RATIOS = {
     "mxnet": PublishedRatio(framework="mxnet", ratio=1.38, source=SEED_004, quote=SEED_004_QUOTE),
     "mxnet_ps_sync": PublishedRatio(framework="mxnet_ps_sync", ratio=1.38, source=SEED_004, quote=SEED_004_QUOTE),
 }
-"""Seed 004 measured image classification on CPU clusters; dlscale's frameworks it names. MXNet's
-synchronous figure is its kvstore's, a parameter server either way: the ``mxnet`` cell's one server
-beside rank 0, or ``mxnet_ps_sync``'s serving ranks."""
+"""Seed 004 measured image classification on CPU clusters; dlscale's frameworks it names. MXNet
+trains distributed through its kvstore, a parameter server either way here: the ``mxnet`` cell's one
+server beside rank 0, or ``mxnet_ps_sync``'s serving ranks."""
 
 PUBLISHED_NOTES = ((SEED_004, SEED_004_QUOTE, "CPU clusters; the ratios in the table's last column"),
                    (SEED_002, SEED_002_QUOTE, "V100 GPUs: E_G 0.84 at 12 GPUs, beside the summary's E_G column"),

@@ -37,7 +37,7 @@ CONTROLLER_COMMAND = 0
 
 
 class UpdateCounter:
-    """A server's updater: the optimizer's (once worker 0 sends it), counting the timed updates; a
+    """A server's updater: the optimizer's (once the workers send it), counting the timed updates; a
     key of :meth:`MXNetPSAdapter.average` sums what the workers push instead."""
 
     def __init__(self, progress: Callable[[str, int, int], None], expected: int, clock=time.perf_counter):
@@ -98,7 +98,7 @@ class MXNetPSAdapter(MXNetAdapter):
 
     def wrap(self, model, optimizer, loss_fn) -> None:
         if self.serves():
-            return  # the servers take the optimizer from worker 0, the weights from the workers' first step
+            return  # the servers take the optimizer and the weights from the workers' first step
         model.hybridize(static_alloc=True, static_shape=True)
         self.model, self.loss_fn = model, loss_fn
         # the servers get the optimizer once, with the rescaling it has then: the global batch's

@@ -14,8 +14,9 @@ the schedule's), which each push sends along. An asynchronous update is one work
 is applied at that rate over the worker count.
 
 Ports derive from the launch's ``MASTER_PORT``: the process group (gloo, for the workers' barrier
-and averages) uses it, the RPC agent's rendezvous the next one (:func:`rpc_rendezvous`). RPC carries CPU tensors: on a GPU a
-worker copies its gradients to the host and the answer back, as the tutorials do.
+and averages) uses it, the RPC agent's rendezvous the next one (:func:`rpc_rendezvous`). RPC carries
+CPU tensors: on a GPU a worker copies its gradients to the host and the answer back, as the
+tutorials do.
 """
 from __future__ import annotations
 
