@@ -25,7 +25,7 @@ import time
 from typing import Callable
 
 from harness.rank.frameworks.mxnet import AVERAGE_KEY, MXNetAdapter
-from harness.rank.frameworks.ps_common import ServerStats, check_settings, workers_beside
+from harness.rank.frameworks.ps_common import ServerRoles, ServerStats, check_settings, workers_beside
 from harness.rank.rankenv import RankInfo
 
 SERVE = "dlscale:serve"
@@ -67,7 +67,7 @@ class UpdateCounter:
                 self.progress("timed", rounds, self.expected)
 
 
-class MXNetPSAdapter(MXNetAdapter):
+class MXNetPSAdapter(ServerRoles, MXNetAdapter):
     name = "mxnet_ps"
 
     def __init__(self, *, mode: str, ps_servers: int = 1, shutdown_timeout_s: float = 60.0):
@@ -87,12 +87,6 @@ class MXNetPSAdapter(MXNetAdapter):
         except BaseException:
             self._end_children(timeout_s=0)
             raise
-
-    def serves(self) -> bool:
-        return self.rank.rank >= self.workers
-
-    def training_ranks(self, world_size: int) -> int:
-        return world_size - self.servers
 
     # --- a worker ---------------------------------------------------------------------------------
 
@@ -142,7 +136,7 @@ class MXNetPSAdapter(MXNetAdapter):
         """ps-lite's server until the workers are done (worker 0's kvstore stops it as it goes)."""
         from mxnet.kvstore.kvstore_server import KVStoreServer
 
-        counter = UpdateCounter(progress, steps * (self.workers if self.mode == "async" else 1))
+        counter = UpdateCounter(progress, self.timed_updates_expected(steps))
         kv, get_updater = self.kv, self.mx.optimizer.get_updater
 
         class Server(KVStoreServer):
@@ -166,5 +160,4 @@ class MXNetPSAdapter(MXNetAdapter):
         return {"version": self.mx.__version__, "kvstore": self.kv.type, "update_on_kvstore": True,
                 "mode": self.mode, "servers": self.servers, "workers": self.workers,
                 "hybridize": "static_alloc, static_shape",
-                "learning_rate": "linearly scaled over the workers" if self.mode == "sync"
-                else "one worker's batch per update (the scaled rate over the workers)"}
+                "learning_rate": self.learning_rate_rule()}

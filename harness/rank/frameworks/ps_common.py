@@ -29,6 +29,30 @@ def workers_beside(servers: int, world_size: int) -> int:
     return workers
 
 
+class ServerRoles:
+    """What every parameter-server adapter derives from its roles: of a launch's ranks the last
+    ``servers`` serve, the ``workers`` before them train. A mixin placed before the adapter's base;
+    the adapter sets ``mode``, ``servers``, ``rank`` and ``workers``."""
+
+    mode: str
+    servers: int
+    workers: int
+
+    def serves(self) -> bool:
+        return self.rank.rank >= self.workers
+
+    def training_ranks(self, world_size: int) -> int:
+        return world_size - self.servers
+
+    def timed_updates_expected(self, steps: int) -> int:
+        """A server's updates in the timed window: one per step, or one per worker's step async."""
+        return steps * (self.workers if self.mode == "async" else 1)
+
+    def learning_rate_rule(self) -> str:
+        return ("linearly scaled over the workers" if self.mode == "sync"
+                else "one worker's batch per update (the scaled rate over the workers)")
+
+
 @dataclasses.dataclass
 class ServerStats:
     """What a server saw of the timed window's gradients."""

@@ -31,7 +31,7 @@ import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
 from harness.rank.frameworks.base import FrameworkAdapter, LossFn
-from harness.rank.frameworks.ps_common import check_settings, workers_beside
+from harness.rank.frameworks.ps_common import ServerRoles, check_settings, workers_beside
 from harness.rank.frameworks.ps_shards import Reply, Shard, assign_shards
 from harness.rank.rankenv import RankInfo
 
@@ -55,7 +55,7 @@ def _finish(worker: int) -> None:
     _shard.finish(worker)
 
 
-class TorchPSAdapter(FrameworkAdapter):
+class TorchPSAdapter(ServerRoles, FrameworkAdapter):
     name = "torch_ps"
 
     def __init__(self, *, mode: str, ps_servers: int = 1, timeout_s: int = 300):
@@ -76,12 +76,6 @@ class TorchPSAdapter(FrameworkAdapter):
         options = rpc.TensorPipeRpcBackendOptions(init_method=rpc_rendezvous(rank), rpc_timeout=self.timeout_s,
             num_worker_threads=max(16, 2 * self.workers))
         rpc.init_rpc(self._name(rank.rank), rank=rank.rank, world_size=rank.world_size, rpc_backend_options=options)
-
-    def serves(self) -> bool:
-        return self.rank.rank >= self.workers
-
-    def training_ranks(self, world_size: int) -> int:
-        return world_size - self.servers
 
     def _name(self, rank: int) -> str:
         return f"ps{rank - self.workers}" if rank >= self.workers else f"worker{rank}"
@@ -165,7 +159,7 @@ class TorchPSAdapter(FrameworkAdapter):
     def serve(self, progress: Callable[[str, int, int], None], steps: int) -> dict:
         """Answer the workers until each has finished; the timed window's figures. Progress counts
         the timed updates applied, so that the runner hears the server and a fault can strike it."""
-        expected = steps * (self.workers if self.mode == "async" else 1)
+        expected = self.timed_updates_expected(steps)
         reported = 0
         while not _shard.all_done():
             time.sleep(POLL_S)
@@ -188,8 +182,7 @@ class TorchPSAdapter(FrameworkAdapter):
 
     def settings(self) -> dict:
         return {"mode": self.mode, "servers": self.servers, "workers": self.workers, "rpc": "tensorpipe",
-                "learning_rate": "linearly scaled over the workers" if self.mode == "sync"
-                else "one worker's batch per update (the scaled rate over the workers)",
+                "learning_rate": self.learning_rate_rule(),
                 "server_elements": [sum(p.numel() for i, p in enumerate(self.model.parameters()) if i in shard)
                                     for shard in self.shards]}
 
