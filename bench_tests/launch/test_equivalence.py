@@ -82,7 +82,8 @@ def test_every_framework_learns_the_same_batch_from_the_same_start(tmp_path):
 
 @pytest.mark.parametrize("framework, ranks, workers, all_reduce", [
     ("torch_ps_sync", 3, 2, "ddp"), ("torch_ps_async", 2, 1, "ddp"),
-    ("mxnet_ps_sync", 3, 2, "mxnet"), ("mxnet_ps_async", 2, 1, "mxnet")])
+    ("mxnet_ps_sync", 3, 2, "mxnet"), ("mxnet_ps_async", 2, 1, "mxnet"),
+    ("tensorflow_ps_async", 2, 1, "tensorflow")])
 def test_a_parameter_server_trains_as_all_reduce_does(framework, ranks, workers, all_reduce, tmp_path):
     """Synchronous, the server applies the mean of two workers' gradients at the rate scaled for
     both: the all-reduced step of the runtime's own cell (DDP's; MXNet's, whose workers sum through

@@ -13,6 +13,11 @@ class Batches:
     def __iter__(self):
         return iter(self._batches)
 
+    @property
+    def source(self) -> Iterable:
+        """What yields the batches (a ``tf.data.Dataset``, for a strategy that hands it out itself)."""
+        return self._batches
+
     def settings(self) -> dict:
         return dict(self._settings)
 

@@ -106,7 +106,7 @@ class DelayedBatches:
             yield batch
 
 
-def _probe(probe: ComputeProbe, batch, count: int, sync: Sync) -> list[float]:
+def run_probes(probe: ComputeProbe, batch, count: int, sync: Sync) -> list[float]:
     images, labels = batch
     return [probe(images, labels, sync) for _ in range(count)]
 
@@ -144,7 +144,7 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
     for phase, count in (("warmup", warmup_steps), ("timed", steps)):
         if phase == "timed":
             if probe is not None and batch is not None:  # without warm-up, only after the window
-                probes += _probe(probe, batch, probe_steps, sync)
+                probes += run_probes(probe, batch, probe_steps, sync)
             adapter.barrier()  # every rank starts the timed window together
             adapter.window_starts()
             waited = runqueue_wait_s()
@@ -192,7 +192,7 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
         samples["outside_cpu"] = outside
     if probe is not None:
         if batch is not None:
-            probes += _probe(probe, batch, probe_steps, sync)
+            probes += run_probes(probe, batch, probe_steps, sync)
         probe.close()
         samples["compute_probe"] = probes
     return samples

@@ -77,7 +77,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     from harness.rank.faults import with_fault, with_fault_batches
     from harness.rank.frameworks import FRAMEWORKS, serves
     from harness.rank.runtime import RUNTIMES
-    from harness.rank.trainloop import DelayedBatches, train
+    from harness.rank.trainloop import PROBE_STEPS, DelayedBatches, run_probes, train
     from harness.rank.workload import Workload
 
     cell, workload, options = Cell(**spec.cell), Workload(**spec.workload), spec.options
@@ -111,6 +111,17 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
         if adapter.serves():
             probe.close()
             samples, loader_settings = adapter.serve(progress, workload.steps), None
+        elif adapter.coordinated():
+            loader = runtime.loader(cell.loader, workload, rank, device)
+            try:
+                batch = next(iter(loader))  # the compute probe's: the steps' batches are the coordinator's
+            finally:
+                loader.close()
+            try:
+                samples = adapter.follow(progress, lambda: run_probes(probe, batch, PROBE_STEPS, runtime.sync(device)))
+            finally:
+                probe.close()
+            loader_settings = loader.settings()
         else:
             loader = runtime.loader(cell.loader, workload, rank, device)
             try:

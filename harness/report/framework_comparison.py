@@ -52,10 +52,9 @@ server beside rank 0, or ``mxnet_ps_sync``'s serving ranks."""
 PUBLISHED_NOTES = ((SEED_004, SEED_004_QUOTE, "CPU clusters; the ratios in the table's last column"),
                    (SEED_002, SEED_002_QUOTE, "V100 GPUs: E_G 0.84 at 12 GPUs, beside the summary's E_G column"),
                    (SEED_004, SEED_004_PS_QUOTE, "CPU clusters, parameter server; its one asynchronous figure "
-                                                 "sets MXNet beside TensorFlow, whose asynchronous parameter "
-                                                 "server dlscale does not run; the table sets the parameter-server "
-                                                 "cells (torch_ps_*, mxnet_ps_*) beside DDP's all-reduce with as "
-                                                 "many training ranks"))
+                                                 "sets MXNet beside TensorFlow: the rows of mxnet_ps_async and "
+                                                 "tensorflow_ps_async, each beside DDP's all-reduce with as many "
+                                                 "training ranks, as are the other parameter-server cells"))
 """What the related studies publish about frameworks side by side: (seed, quote, how it reads here)."""
 
 

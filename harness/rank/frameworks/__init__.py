@@ -29,6 +29,8 @@ FRAMEWORKS = Registry("framework", {
     "torch_ps_async": Entry(_TORCH_PS, {"mode": "async"}, knobs=("ps_servers",)),
     "mxnet_ps_sync": Entry(_MXNET_PS, {"mode": "sync"}, knobs=("ps_servers",), **_MXNET),
     "mxnet_ps_async": Entry(_MXNET_PS, {"mode": "async"}, knobs=("ps_servers",), **_MXNET),
+    "tensorflow_ps_async": Entry("harness.rank.frameworks.tensorflow_ps:TensorFlowPSAdapter", {"mode": "async"},
+                                 knobs=("ps_servers",), **_TENSORFLOW),
 })
 
 

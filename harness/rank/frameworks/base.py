@@ -39,6 +39,16 @@ class FrameworkAdapter(abc.ABC):
         """A serving rank's life, until the workers are done: its record's figures."""
         raise NotImplementedError(f"{self.name} has no serving ranks")
 
+    def coordinated(self) -> bool:
+        """Whether another process runs this training rank's steps (TensorFlow's coordinator): the
+        rank loads no data and steps nothing itself; :meth:`follow` returns its record's samples."""
+        return False
+
+    def follow(self, progress: Callable[[str, int, int], None], probes: Callable[[], list[float]]) -> dict:
+        """A coordinated rank's life until its steps are done: the samples of its steps, as the
+        training loop's; ``probes`` times this rank's compute probes (before and after the steps)."""
+        raise NotImplementedError(f"{self.name} runs its own steps")
+
     def training_ranks(self, world_size: int) -> int:
         """How many of the launch's ranks train (the global batch's, and the learning rate's, count)."""
         return world_size

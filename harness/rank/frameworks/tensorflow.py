@@ -26,16 +26,28 @@ RENDEZVOUS_TIMEOUT_S = 300.0
 
 def published_cluster(rank: RankInfo, workdir: Path, timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> list[str]:
     """Every rank's ``host:port``, by rank: this rank's written to ``workdir``, the others' read from it."""
+    return [entry["address"] for entry in publish_and_gather(rank, workdir, timeout_s=timeout_s)]
+
+
+def publish_and_gather(rank: RankInfo, workdir: Path, *, prefix: str = "tf-worker-", extra: dict | None = None,
+                       timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> list[dict]:
+    """Every rank's entry, by rank: this rank's (its ``address`` on a free port, and ``extra``)
+    written to ``workdir`` as ``<prefix><rank>.json``, the others' read from there."""
     host = address_toward(rank.master_addr, rank.master_port) or socket.gethostname()
-    write_json_atomic(workdir / f"tf-worker-{rank.rank}.json", {"address": f"{host}:{free_port()}"})
+    write_json_atomic(workdir / f"{prefix}{rank.rank}.json", {"address": f"{host}:{free_port()}", **(extra or {})})
+    return gather_published(workdir, prefix, rank.world_size, timeout_s)
+
+
+def gather_published(workdir: Path, prefix: str, ranks: int, timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> list[dict]:
+    """The entries ``ranks`` ranks published in ``workdir``, by rank, once all have."""
     deadline = time.monotonic() + timeout_s
     while True:
-        paths = [workdir / f"tf-worker-{other}.json" for other in range(rank.world_size)]
+        paths = [workdir / f"{prefix}{other}.json" for other in range(ranks)]
         if all(path.exists() for path in paths):
-            return [json.loads(path.read_text())["address"] for path in paths]
+            return [json.loads(path.read_text()) for path in paths]
         if time.monotonic() > deadline:
             silent = [str(other) for other, path in enumerate(paths) if not path.exists()]
-            raise TimeoutError(f"TensorFlow workers of rank(s) {', '.join(silent)} did not publish their address in "
+            raise TimeoutError(f"TensorFlow rank(s) {', '.join(silent)} did not publish their address in "
                                f"{workdir} within {timeout_s:.0f} s")
         time.sleep(0.1)
 

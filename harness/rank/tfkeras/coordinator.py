@@ -1,0 +1,167 @@
+"""The coordinator of a ``tensorflow_ps`` cell (:mod:`harness.rank.frameworks.tensorflow_ps`):
+rank 0's child, the strategy's ``chief``, its only client.
+
+    python -m harness.rank.tfkeras.coordinator SPEC.json
+
+Once every worker rank has timed its compute probes, it builds the model in the strategy's scope
+(its variables on the servers), gives each worker the cell's loader as a per-worker dataset, and
+schedules ``warmup_steps + steps`` steps per worker, a worker's worth ahead of the ones it waits
+for, so that no worker waits for the next. Each step returns the worker's clock readings, its loss
+and its process id; the coordinator writes each worker's steps for that rank, then the servers'
+figures. A failure is written to the launch's directory for the ranks to raise.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from harness.common.jsonio import write_json_atomic
+from harness.rank.frameworks.tensorflow import gather_published
+from harness.rank.frameworks.tensorflow_ps import (COORDINATOR_ERROR, COORDINATOR_PROGRESS, DONE, PUBLISHED,
+                                                   cluster_spec, kept_steps, probed_path, server_stats, steps_path)
+from harness.rank.spec import WorkerSpec
+
+CORES_OF_ITS_OWN = 1
+"""The coordinator only traces and dispatches: one thread, beside the ranks' cores."""
+
+
+def step_closure(strategy, model, optimizer, loss_fn, global_batch: int):
+    """One training step of one worker, as a function the coordinator schedules: the clock readings
+    of :data:`~harness.rank.frameworks.tensorflow_ps.STAMP_FIELDS`, its loss and its process id."""
+    import tensorflow as tf
+
+    variables = model.trainable_variables
+
+    def replica(images, labels):
+        with tf.control_dependencies([images, labels]):
+            batch_read = tf.timestamp()
+        with tf.GradientTape() as tape:
+            per_image = loss_fn(model(images, training=True), labels)
+            loss = tf.nn.compute_average_loss(per_image, global_batch_size=global_batch)
+        gradients = tape.gradient(loss, variables)
+        with tf.control_dependencies(gradients):
+            computed = tf.timestamp()
+        with tf.control_dependencies([computed]):
+            optimizer.apply(gradients, variables)
+        with tf.control_dependencies([tf.convert_to_tensor(optimizer.iterations)]):  # counted once applied
+            applied = tf.timestamp()
+        return batch_read, computed, applied, tf.cast(tf.reduce_mean(per_image), tf.float64)
+
+    @tf.function
+    def step(iterator):
+        started = tf.timestamp()
+        with tf.control_dependencies([started]):
+            images, labels = next(iterator)
+        batch_read, computed, applied, loss = strategy.run(replica, args=(images, labels))
+        # the ops run in the worker's process: its id tells the coordinator which worker rank ran it
+        pid = tf.strings.to_number(tf.strings.split(tf.io.read_file("/proc/self/stat"))[0], tf.float64)
+        return tf.stack([started, batch_read, computed, applied, loss, pid])
+    return step
+
+
+def coordinate(spec: WorkerSpec) -> None:
+    from harness.config.cells import Cell
+    from harness.rank.rankenv import RankInfo
+    from harness.rank.tfkeras.runtime import TensorFlowRuntime
+    from harness.rank.workload import Workload
+
+    import tensorflow as tf
+
+    workdir, cell, workload = Path(spec.output_dir), Cell(**spec.cell), Workload(**spec.workload)
+    progress = Progress(workdir / COORDINATOR_PROGRESS)
+    progress("setup", 0, 1)
+    published = gather_published(workdir, PUBLISHED, cell.ranks)
+    workers = cell.ranks - workload.ps_servers
+    for rank in range(workers):  # no step runs beside a worker's compute probe
+        wait_for(probed_path(workdir, rank))
+    runtime = TensorFlowRuntime()
+    device = runtime.pick_device("cpu", 0)
+    runtime.set_threads(CORES_OF_ITS_OWN)
+    runtime.seed(workload.seed)
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster_spec(published, workers)), task_type="chief", task_id=0, rpc_layer="grpc")
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        model, optimizer, loss_fn = runtime.build(None, cell.model, workload, workers, device)
+    # one worker's view of the data: the strategy gives every worker the same dataset function
+    whole = RankInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, master_addr="", master_port=0,
+                     source="coordinator")
+    dataset = coordinator.create_per_worker_dataset(
+        lambda: runtime.loader(cell.loader, workload, whole, device).source)
+    step = step_closure(strategy, model, optimizer, loss_fn, workload.batch_size * workers)
+    iterator = iter(dataset)
+
+    per_worker = workload.warmup_steps + workload.steps
+    total = per_worker * workers
+    scheduled = [coordinator.schedule(step, args=(iterator,)) for _ in range(min(total, 2 * workers))]
+    results = []
+    while len(results) < total:
+        results.append(scheduled[len(results)].fetch())
+        if len(scheduled) < total:
+            scheduled.append(coordinator.schedule(step, args=(iterator,)))
+        done = len(results) // workers
+        progress(*(("warmup", done, workload.warmup_steps) if done <= workload.warmup_steps
+                   else ("timed", done - workload.warmup_steps, workload.steps)))
+    coordinator.join()
+
+    by_pid = {entry["pid"]: rank for rank, entry in enumerate(published[:workers])}
+    steps_by_worker = [[] for _ in range(workers)]
+    for row in sorted(results, key=lambda row: row[0]):
+        pid = int(row[-1])
+        if pid not in by_pid:
+            raise RuntimeError(f"a step ran in process {pid}, which no worker rank published ({sorted(by_pid)})")
+        steps_by_worker[by_pid[pid]].append([float(value) for value in row])
+    kept = kept_steps([len(steps) for steps in steps_by_worker], workload.warmup_steps)
+    for rank, steps in enumerate(steps_by_worker):
+        write_json_atomic(steps_path(workdir, rank), {"steps": steps, "warmup": workload.warmup_steps, "kept": kept})
+    stats = server_stats(steps_by_worker, workload.warmup_steps)
+    write_json_atomic(workdir / DONE, {"servers": stats.to_json()})
+
+
+class Progress:
+    """The coordinator's progress, which every rank relays to the runner."""
+
+    def __init__(self, path: Path, interval: float = 0.2):
+        self.path, self.interval, self.last = path, interval, 0.0
+
+    def __call__(self, phase: str, step: int, of: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.interval or step == of:
+            write_json_atomic(self.path, {"phase": phase, "step": step, "of": of})
+            self.last = now
+
+
+def wait_for(path: Path, timeout_s: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path.name} did not appear within {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    import json
+
+    spec = WorkerSpec.from_json(json.loads(Path(argv[1]).read_text()))
+    try:
+        coordinate(spec)
+    except BaseException as error:  # noqa: BLE001 - the ranks raise it
+        write_json_atomic(Path(spec.output_dir) / COORDINATOR_ERROR, {
+            "host": socket.gethostname(), "pid": os.getpid(), "error": f"{type(error).__name__}: {error}",
+            "traceback": traceback.format_exc()[-4000:]})
+        sys.stderr.write(f"[dlscale tensorflow_ps coordinator] {type(error).__name__}: {error}\n")
+        sys.stderr.flush()
+        os._exit(1)
+    os._exit(0)  # the strategy's threads would keep the interpreter from ending
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
