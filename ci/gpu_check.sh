@@ -36,7 +36,7 @@ part() {  # part NAME COMMAND...: run one part, its output into OUT_DIR/NAME.log
 rank_list="$(seq -s, 1 "$ranks")"
 part reference env DLSCALE_BENCHMARKS=1 DLSCALE_REFERENCE_DEVICE=cuda DLSCALE_REFERENCE_FRAMEWORKS=ddp \
     DLSCALE_REFERENCE_RANKS="$rank_list" "$python" -m pytest bench_tests/benchmarks/test_reference_loops.py \
-    -s -p no:cacheprovider
+    -k test_harness_matches_reference_loops -s -p no:cacheprovider
 part suite "$python" -m pytest -m scaling --pyargs harness.bench -p no:cacheprovider --launcher torchrun \
     --device cuda --profile study --gpus "$rank_list" --frameworks ddp --loaders synthetic,native \
     --models resnet50 --measure-budget 30 --no-history --results-dir "$out/results" --results-json "$out/results.json"

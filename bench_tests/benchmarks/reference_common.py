@@ -22,6 +22,9 @@ def parse(argv: list[str], frameworks: tuple[str, ...]) -> argparse.Namespace:
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--weight-decay", type=float, default=1e-4)
     parser.add_argument("--label-smoothing", type=float, default=0.1)
+    parser.add_argument("--servers", type=int, default=1, help="parameter servers (the parameter-server loop's)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="kernel threads per process where a loop takes them (0: the framework's default)")
     parser.add_argument("--out", type=Path, required=True, help="directory for rank<R>.json")
     return parser.parse_args(argv)
 

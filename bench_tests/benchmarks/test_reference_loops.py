@@ -15,6 +15,10 @@ trimmed, all ranks' images over the sum of each step's slowest-rank time) and th
 ranks' images over the slowest rank's timed window, which also holds whatever a loop does between
 steps). A row fails when the harness's median throughput is below MIN_RATIO of the reference's on
 either definition. Not part of ordinary runs.
+
+TensorFlow's parameter server, whose one coordinator runs every worker's steps, is compared apart
+(``test_parameter_server_cell_matches_tensorflows_own_loop``): the cell against the loop of
+TensorFlow's parameter-server tutorial (reference_loop_keras_ps.py), over the timed window only.
 """
 from __future__ import annotations
 
@@ -37,16 +41,17 @@ from harness.launch.launchers import LAUNCHERS, Launcher, LaunchRequest, with_ha
 from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token
 from harness.launch.runner import run_cell
 from harness.rank.contention import wait_share
-from harness.rank.frameworks import FRAMEWORKS
+from harness.rank.frameworks import FRAMEWORKS, has_servers
 from harness.rank.rankenv import free_port
-from harness.rank.runtime import rank_interpreter
+from harness.rank.runtime import rank_interpreter, unavailable
 from harness.rank.spec import RankOptions
 from harness.rank.workload import Workload
 
 ROUNDS = 3
 COMPARED = ("ddp", "horovod", "deepspeed", "tensorflow")
 MIN_RATIO = 0.97
-REFERENCE_MODULES = {"tensorflow": "bench_tests.benchmarks.reference_loop_keras"}
+REFERENCE_MODULES = {"tensorflow": "bench_tests.benchmarks.reference_loop_keras",
+                     "tensorflow_ps_async": "bench_tests.benchmarks.reference_loop_keras_ps"}
 """Each framework's reference loop, where it is not reference_loops.py (another runtime's interpreter)."""
 TIMEOUT_S = 600
 
@@ -105,21 +110,32 @@ def run_harness(framework: str, ranks: int, launcher: Launcher, workdir: Path, c
 def run_reference(framework: str, ranks: int, launcher: Launcher, workdir: Path,
                   compared: Setting) -> Throughput:
     """The reference loop through ``launcher``, its environment prepared as harness.launch.runner prepares a cell's."""
-    out = workdir / f"reference-{framework}-g{ranks}"
+    out = launch_reference(framework, ranks, launcher, workdir, compared.workload, compared.cores_per_rank)
+    records = [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
+    assert len(records) == ranks, f"reference {framework} x{ranks}: {len(records)} rank records"
+    threads = [record["window_threads"] for record in records]
+    return throughput(records, max((t["main_waited_s"] + t["others_waited_s"]) / record["window_s"]
+                                   for t, record in zip(threads, records)))
+
+
+def launch_reference(framework: str, processes: int, launcher: Launcher, workdir: Path, workload: Workload,
+                     cores_per_rank: int | None, *extra: str) -> Path:
+    """Run ``framework``'s reference loop as ``processes`` ranks of ``launcher``; the directory its
+    records are in."""
+    out = workdir / f"reference-{framework}-g{processes}"
     shutil.rmtree(out, ignore_errors=True)
     token = uuid.uuid4().hex
-    workload = compared.workload
     args = ("--framework", framework, "--batch", str(workload.batch_size), "--image-size", str(workload.image_size),
             "--classes", str(workload.num_classes), "--warmup", str(workload.warmup_steps),
             "--steps", str(workload.steps), "--lr", str(workload.base_lr), "--momentum", str(workload.momentum),
             "--weight-decay", str(workload.weight_decay), "--label-smoothing", str(workload.label_smoothing),
-            "--out", str(out.resolve()))
+            "--out", str(out.resolve()), *extra)
     module = REFERENCE_MODULES.get(framework, "bench_tests.benchmarks.reference_loops")
-    request = LaunchRequest(ranks=ranks, module=module, args=args, master_port=free_port(),
+    request = LaunchRequest(ranks=processes, module=module, args=args, master_port=free_port(),
                             rank_python=rank_interpreter(FRAMEWORKS.entry(framework).runtime),
-                            job_name=f"dlscale-reference-{framework}-g{ranks}-{token[:8]}",
-                            master_addr=launcher.rendezvous_host(), token=token,
-                            cores_per_rank=compared.cores_per_rank)
+                            job_name=f"dlscale-reference-{framework}-g{processes}-{token[:8]}",
+                            master_addr=launcher.rendezvous_host(), token=token, cores_per_rank=cores_per_rank,
+                            share_cores=cores_per_rank is None and has_servers(framework))
     env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_PORT=str(request.master_port), **{TOKEN_VARIABLE: token})
     if request.master_addr:
         env["MASTER_ADDR"] = request.master_addr
@@ -130,12 +146,9 @@ def run_reference(framework: str, ranks: int, launcher: Launcher, workdir: Path,
                               text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, start_new_session=True)
     finally:
         kill_processes_with_token(token)
-    assert done.returncode == 0, f"reference {framework} x{ranks} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-    records = [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
-    assert len(records) == ranks, f"reference {framework} x{ranks}: {len(records)} rank records"
-    threads = [record["window_threads"] for record in records]
-    return throughput(records, max((t["main_waited_s"] + t["others_waited_s"]) / record["window_s"]
-                                   for t, record in zip(threads, records)))
+    assert done.returncode == 0, \
+        f"reference {framework} x{processes} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    return out
 
 
 def test_harness_matches_reference_loops(request, tmp_path):
@@ -192,6 +205,64 @@ def test_harness_matches_reference_loops(request, tmp_path):
     assert not failures, f"the harness is slower than the framework's own loop by more than {1 - MIN_RATIO:.0%}: " \
                          + "; ".join(failures)
 
+
+
+PS_FRAMEWORK = "tensorflow_ps_async"
+PS_RANKS = (2, 3)
+"""One worker and two, beside one server; in both, a coordinator process of its own."""
+
+
+def test_parameter_server_cell_matches_tensorflows_own_loop(request, tmp_path):
+    """TensorFlow's parameter server, whose one coordinator runs every step: the cell's throughput over
+    its timed window (every worker's images over the longest worker's window) against the tutorial's
+    loop (every step's images over the time from the first timed step scheduled to ``join()``); the
+    CPU workload, mpirun, the processes sharing the cores as the suite runs them, each with the
+    kernel threads a rank of the cell gets."""
+    launcher = LAUNCHERS.create("mpirun")
+    if reason := launcher.unavailable_reason() or unavailable("tensorflow", FRAMEWORKS.entry(PS_FRAMEWORK)):
+        pytest.skip(reason)
+    workload = PROFILES["cpu-small"].workload
+    measured: dict[str, dict[int, list[float]]] = {"harness": {r: [] for r in PS_RANKS}, "reference": {r: [] for r in PS_RANKS}}
+
+    def harness(ranks: int) -> float:
+        run = run_cell(Cell(framework=PS_FRAMEWORK, loader="synthetic", model="resnet50", ranks=ranks), workload,
+                       launcher, workdir=tmp_path)
+        assert run.ok, run.error
+        return sum(record["images"] for record in run.records) / max(record["window_s"] for record in run.records)
+
+    def reference(ranks: int) -> float:
+        # the kernel threads the cell's ranks get (harness.rank.worker.threads_for): the loops differ in their loop only
+        threads = max(1, len(os.sched_getaffinity(0)) // ranks)
+        out = launch_reference(PS_FRAMEWORK, ranks + 1, launcher, tmp_path, workload, None, "--servers", "1",
+                               "--threads", str(threads))
+        record = json.loads((out / "coordinator.json").read_text())
+        return record["images"] / record["window_s"]
+
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    for round_ in range(ROUNDS):
+        for index, ranks in enumerate(PS_RANKS):
+            order = [("harness", harness), ("reference", reference)]
+            for name, run in order if (round_ + index) % 2 == 0 else reversed(order):
+                measured[name][ranks].append(run(ranks))
+                with capture.global_and_fixture_disabled():
+                    print(f"round {round_ + 1}/{ROUNDS} {PS_FRAMEWORK} x{ranks} {name}: "
+                          f"{measured[name][ranks][-1]:.1f} img/s", flush=True)
+    lines = [f"images/s, {_DEFINITIONS['window']}", "| framework | ranks | harness img/s | reference img/s | "
+             "harness/reference |", "|---|---|---|---|---|"]
+    failures = []
+    for ranks in PS_RANKS:
+        ours, theirs = measured["harness"][ranks], measured["reference"][ranks]
+        ratios = [a / b for a, b in zip(ours, theirs)]
+        lines.append(f"| {PS_FRAMEWORK} | {ranks} | {_spread(ours, '.1f')} | {_spread(theirs, '.1f')} | "
+                     f"{_spread(ratios, '.3f')} |")
+        if statistics.median(ratios) < MIN_RATIO:
+            failures.append(f"x{ranks}: harness/reference {statistics.median(ratios):.3f}")
+    table = "\n".join(lines)
+    with capture.global_and_fixture_disabled():
+        print(f"\n{table}\n(median and min-max over {ROUNDS} interleaved rounds)", flush=True)
+    request.node.user_properties.append(("reference_loops_ps", table))
+    assert not failures, f"the harness is slower than TensorFlow's own loop by more than {1 - MIN_RATIO:.0%}: " \
+                         + "; ".join(failures)
 
 _DEFINITIONS = {
     "suite": "the suite's figure: warm-up trimmed (MSER-5), all ranks' images over the sum of each step's slowest-rank time",

@@ -3,8 +3,8 @@ received. The module imports no TensorFlow until a rank sets up, so this runs wi
 import pytest
 
 from harness.common.jsonio import write_json_atomic
-from harness.rank.frameworks.tensorflow_ps import (COORDINATOR_PROGRESS, TensorFlowPSAdapter, cluster_spec,
-                                                   kept_steps, server_stats, worker_samples)
+from harness.rank.frameworks.tensorflow_ps import (COORDINATOR_ERROR, COORDINATOR_PROGRESS, TensorFlowPSAdapter,
+                                                   cluster_spec, kept_steps, server_stats, worker_samples)
 
 
 def step(started, batch_read, computed, applied, loss=1.0, pid=7):
@@ -75,3 +75,11 @@ def test_a_rank_relays_every_step_the_coordinator_passed_and_no_heartbeat_of_its
     coordinator_at("timed", 5, 10)
     assert relayed == [("warmup", 1, 2), ("warmup", 2, 2), ("timed", 1, 10), ("timed", 2, 10), ("timed", 3, 10), ("timed", 4, 10),
                        ("timed", 5, 10)]
+
+
+def test_a_rank_waiting_for_its_steps_raises_the_coordinators_failure(tmp_path):
+    adapter = TensorFlowPSAdapter()
+    adapter.configure(batch_size=8, workdir=tmp_path)
+    write_json_atomic(tmp_path / COORDINATOR_ERROR, {"error": "UnavailableError: ps task 0 is gone"})
+    with pytest.raises(RuntimeError, match=r"coordinator \(rank 0's child\) failed: UnavailableError: ps task 0"):
+        adapter.serve(lambda *state: None, steps=10)

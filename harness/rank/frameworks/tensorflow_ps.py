@@ -135,7 +135,6 @@ class TensorFlowPSAdapter(ServerRoles, FrameworkAdapter):
         chief = {"chief": f"{rank.master_addr}:{free_port()}"} if rank.rank == 0 else {}
         published = publish_and_gather(rank, self.workdir, prefix=PUBLISHED, extra={"pid": os.getpid(), **chief})
         self.cluster = cluster_spec(published, self.workers)
-        self.worker_pids = [entry["pid"] for entry in published[:self.workers]]
         job, index = ("ps", rank.rank - self.workers) if self.serves() else ("worker", rank.rank)
         # the steps run under the server's own settings, not the process's: its cores for the
         # kernels, and TensorFlow's default of inter-op threads (with one, a step waiting for its
@@ -193,12 +192,13 @@ class TensorFlowPSAdapter(ServerRoles, FrameworkAdapter):
 
     def _check_coordinator(self) -> None:
         failure = self.workdir / COORDINATOR_ERROR
-        if failure.exists():
-            raise RuntimeError(f"TensorFlow's coordinator (rank 0's child) failed: {json.loads(failure.read_text())['error']}")
-        if self.coordinator is not None and self.coordinator.poll() is not None:
+        exited = self.coordinator is not None and self.coordinator.poll() is not None
+        if exited:
             time.sleep(1.0)  # its error report may be on the way
-            if failure.exists():
-                self._check_coordinator()
+        if failure.exists():
+            raise RuntimeError(f"TensorFlow's coordinator (rank 0's child) failed: "
+                               f"{json.loads(failure.read_text())['error']}")
+        if exited:
             raise RuntimeError(f"TensorFlow's coordinator (rank 0's child, pid {self.coordinator.pid}) exited with "
                                f"status {self.coordinator.returncode} before the steps were done")
 

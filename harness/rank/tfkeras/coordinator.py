@@ -91,8 +91,8 @@ def coordinate(spec: WorkerSpec) -> None:
     # one worker's view of the data: the strategy gives every worker the same dataset function
     whole = RankInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, master_addr="", master_port=0,
                      source="coordinator")
-    dataset = coordinator.create_per_worker_dataset(
-        lambda: runtime.loader(cell.loader, workload, whole, device).source)
+    dataset = coordinator.create_per_worker_dataset(tf.autograph.experimental.do_not_convert(
+        lambda: runtime.loader(cell.loader, workload, whole, device).source))  # plain Python: it imports the loader
     step = step_closure(strategy, model, optimizer, loss_fn, workload.batch_size * workers)
     iterator = iter(dataset)
 
