@@ -26,7 +26,9 @@ from harness.rank.frameworks.tensorflow_ps import (COORDINATOR_ERROR, COORDINATO
 from harness.rank.spec import WorkerSpec
 
 CORES_OF_ITS_OWN = 1
-"""The coordinator only traces and dispatches: one thread, beside the ranks' cores."""
+"""The coordinator only traces and dispatches: one kernel thread, beside the ranks' cores. Its
+inter-op threads stay TensorFlow's: with one, it sent the workers one step at a time (36.7 img/s
+against 46.4 at one worker, 2 cores)."""
 
 
 def step_closure(strategy, model, optimizer, loss_fn, global_batch: int):
@@ -45,9 +47,12 @@ def step_closure(strategy, model, optimizer, loss_fn, global_batch: int):
         gradients = tape.gradient(loss, variables)
         with tf.control_dependencies(gradients):
             computed = tf.timestamp()
-        with tf.control_dependencies([computed]):
-            optimizer.apply(gradients, variables)
-        with tf.control_dependencies([tf.convert_to_tensor(optimizer.iterations)]):  # counted once applied
+        # not held back until every gradient is computed: a variable's update leaves for its server
+        # as soon as its gradient is, beside the rest of backward, as without the clock
+        optimizer.apply(gradients, variables)
+        # Keras counts the step once it has issued the updates, which may still be under way: their
+        # rest lands in the next step's time, which starts once this one has ended
+        with tf.control_dependencies([tf.convert_to_tensor(optimizer.iterations)]):
             applied = tf.timestamp()
         return batch_read, computed, applied, tf.cast(tf.reduce_mean(per_image), tf.float64)
 
@@ -80,7 +85,7 @@ def coordinate(spec: WorkerSpec) -> None:
         wait_for(probed_path(workdir, rank))
     runtime = TensorFlowRuntime()
     device = runtime.pick_device("cpu", 0)
-    runtime.set_threads(CORES_OF_ITS_OWN)
+    tf.config.threading.set_intra_op_parallelism_threads(CORES_OF_ITS_OWN)
     runtime.seed(workload.seed)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(cluster_spec(published, workers)), task_type="chief", task_id=0, rpc_layer="grpc")
