@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
                                             classes=args.classes, classifier_activation=None)
         optimizer = keras.optimizers.SGD(learning_rate=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
         # built here, in the scope, as the harness's runtime builds it; the tutorial leaves it to the
-        # first step, and so built the same loop ran 32 img/s against 47 at two workers on 2 cores
+        # first step, and so built the same loop ran 32 img/s against 47 at one worker on 2 cores
         optimizer.build(model.trainable_variables)
     loss_object = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=args.label_smoothing,
                                                        reduction=None)
