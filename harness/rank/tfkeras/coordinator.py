@@ -24,6 +24,7 @@ from harness.rank.frameworks.tensorflow import gather_published
 from harness.rank.frameworks.tensorflow_ps import (COORDINATOR_ERROR, COORDINATOR_PROGRESS, DONE, PUBLISHED,
                                                    cluster_spec, kept_steps, probed_path, server_stats, steps_path)
 from harness.rank.spec import WorkerSpec
+from harness.rank.worker import ProgressFile
 
 CORES_OF_ITS_OWN = 1
 """The coordinator only traces and dispatches: one kernel thread, beside the ranks' cores. Its
@@ -77,7 +78,7 @@ def coordinate(spec: WorkerSpec) -> None:
     import tensorflow as tf
 
     workdir, cell, workload = Path(spec.output_dir), Cell(**spec.cell), Workload(**spec.workload)
-    progress = Progress(workdir / COORDINATOR_PROGRESS)
+    progress = ProgressFile(workdir / COORDINATOR_PROGRESS, rank="coordinator", interval=0.2)  # the ranks relay it
     progress("setup", 0, 1)
     published = gather_published(workdir, PUBLISHED, cell.ranks)
     workers = cell.ranks - workload.ps_servers
@@ -126,19 +127,6 @@ def coordinate(spec: WorkerSpec) -> None:
         write_json_atomic(steps_path(workdir, rank), {"steps": steps, "warmup": workload.warmup_steps, "kept": kept})
     stats = server_stats(steps_by_worker, workload.warmup_steps)
     write_json_atomic(workdir / DONE, {"servers": stats.to_json()})
-
-
-class Progress:
-    """The coordinator's progress, which every rank relays to the runner."""
-
-    def __init__(self, path: Path, interval: float = 0.2):
-        self.path, self.interval, self.last = path, interval, 0.0
-
-    def __call__(self, phase: str, step: int, of: int) -> None:
-        now = time.monotonic()
-        if now - self.last >= self.interval or step == of:
-            write_json_atomic(self.path, {"phase": phase, "step": step, "of": of})
-            self.last = now
 
 
 def wait_for(path: Path, timeout_s: float = 600.0) -> None:
