@@ -4,7 +4,8 @@ import pytest
 
 from harness.common.jsonio import write_json_atomic
 from harness.rank.frameworks.tensorflow_ps import (COORDINATOR_ERROR, COORDINATOR_PROGRESS, TensorFlowPSAdapter,
-                                                   cluster_spec, kept_steps, server_stats, worker_samples)
+                                                   cluster_spec, schedule_another, server_stats,
+                                                   worker_samples)
 
 
 def step(started, batch_read, computed, applied, loss=1.0, pid=7):
@@ -17,7 +18,7 @@ STEPS = [step(10.0, 10.1, 10.5, 10.6, 3.0),  # warm-up
 
 
 def test_a_step_lasts_from_the_previous_step_applied_to_its_own_applied():
-    samples = worker_samples(STEPS, warmup=1, kept=2, batch_size=8)
+    samples = worker_samples(STEPS, warmup=1, timed=2, batch_size=8)
     assert samples["step_times"] == pytest.approx([0.7, 0.8])
     assert samples["data_wait"] == pytest.approx([0.05, 0.1])
     assert samples["fwd_bwd"] == pytest.approx([0.35, 0.4])
@@ -28,14 +29,15 @@ def test_a_step_lasts_from_the_previous_step_applied_to_its_own_applied():
 
 
 def test_without_warm_up_the_first_step_starts_at_its_own_start():
-    samples = worker_samples(STEPS, warmup=0, kept=1, batch_size=8)
+    samples = worker_samples(STEPS, warmup=0, timed=1, batch_size=8)
     assert samples["step_times"] == pytest.approx([0.6]) and samples["window_s"] == pytest.approx(0.6)
 
 
-def test_every_worker_keeps_as_many_timed_steps_as_the_one_that_ran_fewest():
-    assert kept_steps([14, 12, 13], warmup=2) == 10
-    with pytest.raises(RuntimeError, match="worker rank 1 executed 2 step"):
-        kept_steps([14, 2], warmup=2)
+def test_the_coordinator_schedules_until_every_worker_has_run_its_steps_and_names_one_left_short():
+    assert schedule_another([7, 5], per_worker=7, scheduled=12, limit=56)  # the slower worker still runs two
+    assert not schedule_another([9, 7], per_worker=7, scheduled=16, limit=56)
+    with pytest.raises(RuntimeError, match="worker rank 1 executed 2 of its 7 steps when 56 were scheduled"):
+        schedule_another([54, 2], per_worker=7, scheduled=56, limit=56)
 
 
 def test_the_servers_count_every_step_past_the_warm_up_over_the_span_they_ran_in():

@@ -63,26 +63,30 @@ def cluster_spec(published: Sequence[dict], workers: int) -> dict[str, list[str]
             "ps": [entry["address"] for entry in published[workers:]]}
 
 
-def kept_steps(counts: Sequence[int], warmup: int) -> int:
-    """How many timed steps every worker's record keeps: the coordinator hands steps to whichever
-    worker is free, so a faster worker runs more; each keeps as many as the one that ran fewest, the
-    span over which every worker was busy."""
+def schedule_another(counts: Sequence[int], per_worker: int, scheduled: int, limit: int) -> bool:
+    """Whether the coordinator schedules one more step, given how many each worker rank has run. It
+    hands every step to whichever worker is free, so a faster worker runs more; it goes on until each
+    has run its ``per_worker`` (warm-up and timed), so that every record times the steps the cell
+    asks for with the other workers busy beside them. A worker still short once ``limit`` steps are
+    scheduled fails the cell, named."""
     fewest = min(counts)
-    if fewest <= warmup:
-        slow = counts.index(fewest)
-        raise RuntimeError(f"worker rank {slow} executed {fewest} step(s), none past its {warmup} warm-up "
-                           f"step(s): the coordinator sent it too little work to time")
-    return fewest - warmup
+    if fewest >= per_worker:
+        return False
+    if scheduled >= limit:
+        short = counts.index(fewest)
+        raise RuntimeError(f"worker rank {short} executed {fewest} of its {per_worker} steps when {scheduled} were "
+                           f"scheduled: the coordinator sends it too little work to time")
+    return True
 
 
-def worker_samples(steps: Sequence[Sequence[float]], warmup: int, kept: int, batch_size: int) -> dict:
+def worker_samples(steps: Sequence[Sequence[float]], warmup: int, timed: int, batch_size: int) -> dict:
     """A worker's record from its steps (rows of :data:`STAMP_FIELDS`, in order), the training
     loop's parts: the wait for the batch, forward and backward, and the rest (the update at the
     servers, and the wait for the coordinator's next step since the previous one ended)."""
     column = {name: index for index, name in enumerate(STAMP_FIELDS)}
     step_times, data_wait, fwd_bwd, optimizer, losses = [], [], [], [], []
     window_start = None
-    for index in range(warmup, warmup + kept):
+    for index in range(warmup, warmup + timed):
         row = steps[index]
         previous_end = steps[index - 1][column["applied"]] if index else row[column["started"]]
         window_start = previous_end if window_start is None else window_start
@@ -94,8 +98,8 @@ def worker_samples(steps: Sequence[Sequence[float]], warmup: int, kept: int, bat
         fwd_bwd.append(compute)
         optimizer.append(step - data - compute)
         losses.append(row[column["loss"]])
-    return {"step_times": step_times, "data_wait": data_wait, "losses": losses, "images": kept * batch_size,
-            "window_s": steps[warmup + kept - 1][column["applied"]] - window_start,
+    return {"step_times": step_times, "data_wait": data_wait, "losses": losses, "images": timed * batch_size,
+            "window_s": steps[warmup + timed - 1][column["applied"]] - window_start,
             "fwd_bwd": fwd_bwd, "optimizer": optimizer}
 
 
@@ -160,7 +164,7 @@ class TensorFlowPSAdapter(ServerRoles, FrameworkAdapter):
         write_json_atomic(probed_path(self.workdir, self.rank.rank), {"probes": before})
         sent = self._await(steps_path(self.workdir, self.rank.rank), progress)
         after = probes()
-        samples = worker_samples(sent["steps"], sent["warmup"], sent["kept"], self.batch_size)
+        samples = worker_samples(sent["steps"], sent["warmup"], sent["timed"], self.batch_size)
         return {**samples, "compute_probe": before + after}
 
     def serve(self, progress: Callable[[str, int, int], None], steps: int) -> dict:

@@ -5,10 +5,11 @@ rank 0's child, the strategy's ``chief``, its only client.
 
 Once every worker rank has timed its compute probes, it builds the model in the strategy's scope
 (its variables on the servers), gives each worker the cell's loader as a per-worker dataset, and
-schedules ``warmup_steps + steps`` steps per worker, a worker's worth ahead of the ones it waits
-for, so that no worker waits for the next. Each step returns the worker's clock readings, its loss
-and its process id; the coordinator writes each worker's steps for that rank, then the servers'
-figures. A failure is written to the launch's directory for the ranks to raise.
+schedules steps, a worker's worth ahead of the ones it waits for so that no worker waits for the
+next, until every worker has run ``warmup_steps + steps`` (a faster one runs more). Each step
+returns the worker's clock readings, its loss and its process id; the coordinator writes each
+worker's steps for that rank, then the servers' figures. A failure is written to the launch's
+directory for the ranks to raise.
 """
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ import socket
 import sys
 import time
 import traceback
+from collections import deque
 from pathlib import Path
 
 from harness.common.jsonio import write_json_atomic
 from harness.rank.frameworks.tensorflow import gather_published
 from harness.rank.frameworks.tensorflow_ps import (COORDINATOR_ERROR, COORDINATOR_PROGRESS, DONE, PUBLISHED,
-                                                   cluster_spec, kept_steps, probed_path, server_stats, steps_path)
+                                                   cluster_spec, probed_path, schedule_another, server_stats,
+                                                   steps_path)
 from harness.rank.spec import WorkerSpec
 from harness.rank.worker import ProgressFile
 
@@ -30,6 +33,8 @@ CORES_OF_ITS_OWN = 1
 """The coordinator only traces and dispatches: one kernel thread, beside the ranks' cores. Its
 inter-op threads stay TensorFlow's: with one, it sent the workers one step at a time (36.7 img/s
 against 46.4 at one worker, 2 cores)."""
+SCHEDULED_AT_MOST = 4
+"""Steps scheduled, at most, per step the cell asks of its workers before one still short fails it."""
 
 
 def step_closure(strategy, model, optimizer, loss_fn, global_batch: int):
@@ -103,28 +108,29 @@ def coordinate(spec: WorkerSpec) -> None:
     iterator = iter(dataset)
 
     per_worker = workload.warmup_steps + workload.steps
-    total = per_worker * workers
-    scheduled = [coordinator.schedule(step, args=(iterator,)) for _ in range(min(total, 2 * workers))]
-    results = []
-    while len(results) < total:
-        results.append(scheduled[len(results)].fetch())
-        if len(scheduled) < total:
-            scheduled.append(coordinator.schedule(step, args=(iterator,)))
-        done = len(results) // workers
+    by_pid = {entry["pid"]: rank for rank, entry in enumerate(published[:workers])}
+    steps_by_worker = [[] for _ in range(workers)]
+    pending = deque(coordinator.schedule(step, args=(iterator,)) for _ in range(2 * workers))
+    scheduled = len(pending)
+    while pending:
+        row = [float(value) for value in pending.popleft().fetch()]
+        pid = int(row[-1])
+        if pid not in by_pid:
+            raise RuntimeError(f"a step ran in process {pid}, which no worker rank published ({sorted(by_pid)})")
+        steps_by_worker[by_pid[pid]].append(row)
+        counts = [len(steps) for steps in steps_by_worker]
+        if schedule_another(counts, per_worker, scheduled, limit=SCHEDULED_AT_MOST * per_worker * workers):
+            pending.append(coordinator.schedule(step, args=(iterator,)))
+            scheduled += 1
+        done = min(min(counts), per_worker)
         progress(*(("warmup", done, workload.warmup_steps) if done <= workload.warmup_steps
                    else ("timed", done - workload.warmup_steps, workload.steps)))
     coordinator.join()
 
-    by_pid = {entry["pid"]: rank for rank, entry in enumerate(published[:workers])}
-    steps_by_worker = [[] for _ in range(workers)]
-    for row in sorted(results, key=lambda row: row[0]):
-        pid = int(row[-1])
-        if pid not in by_pid:
-            raise RuntimeError(f"a step ran in process {pid}, which no worker rank published ({sorted(by_pid)})")
-        steps_by_worker[by_pid[pid]].append([float(value) for value in row])
-    kept = kept_steps([len(steps) for steps in steps_by_worker], workload.warmup_steps)
     for rank, steps in enumerate(steps_by_worker):
-        write_json_atomic(steps_path(workdir, rank), {"steps": steps, "warmup": workload.warmup_steps, "kept": kept})
+        steps.sort(key=lambda row: row[0])  # as they started: the coordinator fetches them as it scheduled them
+        write_json_atomic(steps_path(workdir, rank),
+                          {"steps": steps, "warmup": workload.warmup_steps, "timed": workload.steps})
     stats = server_stats(steps_by_worker, workload.warmup_steps)
     write_json_atomic(workdir / DONE, {"servers": stats.to_json()})
 
