@@ -42,7 +42,7 @@ from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token
 from harness.launch.runner import run_cell
 from harness.rank.contention import wait_share
 from harness.rank.frameworks import FRAMEWORKS, has_servers
-from harness.rank.rankenv import free_port
+from harness.rank.rankenv import launch_port_block
 from harness.rank.runtime import rank_interpreter, unavailable
 from harness.rank.spec import RankOptions
 from harness.rank.workload import Workload
@@ -131,7 +131,7 @@ def launch_reference(framework: str, processes: int, launcher: Launcher, workdir
             "--weight-decay", str(workload.weight_decay), "--label-smoothing", str(workload.label_smoothing),
             "--out", str(out.resolve()), *extra)
     module = REFERENCE_MODULES.get(framework, "bench_tests.benchmarks.reference_loops")
-    request = LaunchRequest(ranks=processes, module=module, args=args, master_port=free_port(),
+    request = LaunchRequest(ranks=processes, module=module, args=args, master_port=launch_port_block(processes),
                             rank_python=rank_interpreter(FRAMEWORKS.entry(framework).runtime),
                             job_name=f"dlscale-reference-{framework}-g{processes}-{token[:8]}",
                             master_addr=launcher.rendezvous_host(), token=token, cores_per_rank=cores_per_rank,

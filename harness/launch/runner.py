@@ -19,7 +19,7 @@ from harness.config.cells import AccuracyCell, Cell
 from harness.launch.launchers import Launcher, LaunchRequest, with_harness_importable
 from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token
 from harness.rank.frameworks import FRAMEWORKS, has_servers
-from harness.rank.rankenv import free_port
+from harness.rank.rankenv import launch_port_block
 from harness.rank.runtime import rank_interpreter
 from harness.rank.spec import RankOptions, WorkerSpec
 from harness.rank.workload import Workload
@@ -154,7 +154,7 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     token = uuid.uuid4().hex
     master_addr = master_addr or launcher.rendezvous_host()
     request = LaunchRequest(ranks=cell.ranks, module="harness.rank.worker", args=(str(spec_path.resolve()),),
-                            job_name=f"dlscale-{cell.id}-{token[:8]}", master_port=free_port(),
+                            job_name=f"dlscale-{cell.id}-{token[:8]}", master_port=launch_port_block(cell.ranks),
                             master_addr=master_addr, token=token, cores_per_rank=options.cores_per_rank,
                             share_cores=has_servers(cell.framework),
                             rank_python=rank_interpreter(FRAMEWORKS.entry(cell.framework).runtime))

@@ -3,7 +3,9 @@ launcher started this process: torchrun (and launchers that imitate it), Open MP
 from __future__ import annotations
 
 import dataclasses
+import random
 import socket
+from pathlib import Path
 from typing import Mapping
 
 from harness.machine.allocation import first_host
@@ -82,6 +84,54 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("", 0))
         return probe.getsockname()[1]
+
+
+PORTS_ABOVE_MASTER = 2
+"""The framework adapters derive ports from ``MASTER_PORT`` up to ``MASTER_PORT + ranks + 2``
+(ps-lite's scheduler, its workers and the server beside rank 0; TensorFlow's tasks; the RPC
+agent)."""
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10000
+
+
+def launch_port_block(ranks: int, attempts: int = 200) -> int:
+    """A ``MASTER_PORT`` whose derived ports (:data:`PORTS_ABOVE_MASTER`) no process listens on
+    now, outside the kernel's ephemeral range where it can: a port in that range may be taken by any
+    connection this machine opens between the check and the framework's own bind (ps-lite's
+    scheduler once failed so, 'bind failed', in about 30 launches). A random block, so that
+    concurrent sessions rarely try the same one; the ephemeral range where no block fits beside it."""
+    size = ranks + PORTS_ABOVE_MASTER + 1
+    for low, high in port_ranges_outside(ephemeral_range(), size):
+        for _ in range(attempts):
+            base = random.randint(low, high)
+            if all(bindable(port) for port in range(base, base + size)):
+                return base
+    return free_port()
+
+
+def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    try:
+        low, high = path.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def port_ranges_outside(ephemeral: tuple[int, int], size: int) -> list[tuple[int, int]]:
+    """Where a block of ``size`` ports may start without reaching into ``ephemeral``: below it,
+    above it, or nowhere."""
+    low, high = ephemeral
+    ranges = [(LOWEST_PORT, low - size), (high + 1, 65536 - size)]
+    return [(first, last) for first, last in ranges if first <= last]
+
+
+def bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("", port))
+        except OSError:
+            return False
+    return True
 
 
 def address_toward(host: str, port: int) -> str | None:

@@ -1,6 +1,9 @@
 import pytest
 
-from harness.rank.rankenv import RankEnvironmentError, read_rank_info
+import socket
+
+from harness.rank.rankenv import (PORTS_ABOVE_MASTER, RankEnvironmentError, bindable, ephemeral_range,
+                                  launch_port_block, port_ranges_outside, read_rank_info)
 
 RENDEZVOUS = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 
@@ -67,3 +70,30 @@ def test_a_ranks_own_address_is_the_one_its_route_to_the_rendezvous_leaves_by():
 
     assert address_toward("127.0.0.1", 29500) == "127.0.0.1"
     assert address_toward("no-such-host.invalid", 29500) is None
+
+
+def test_a_launchs_port_block_lies_outside_the_ephemeral_range_and_is_free_throughout():
+    low, high = ephemeral_range()
+    for _ in range(20):
+        base = launch_port_block(ranks=3)
+        block = range(base, base + 3 + PORTS_ABOVE_MASTER + 1)
+        assert block[-1] < low or block[0] > high
+        assert all(bindable(port) for port in block)
+
+
+def test_a_port_something_listens_on_is_not_bindable():
+    with socket.socket() as listener:
+        listener.bind(("", 0))
+        listener.listen()
+        assert not bindable(listener.getsockname()[1])
+
+
+def test_port_blocks_fit_below_or_above_the_ephemeral_range_or_nowhere():
+    assert port_ranges_outside((32768, 60999), size=8) == [(10000, 32760), (61000, 65528)]
+    assert port_ranges_outside((1024, 65535), size=8) == []
+
+
+def test_the_ephemeral_range_is_the_kernels_or_linuxs_default(tmp_path):
+    (tmp_path / "range").write_text("40000\t50000\n")
+    assert ephemeral_range(tmp_path / "range") == (40000, 50000)
+    assert ephemeral_range(tmp_path / "missing") == (32768, 60999)
