@@ -1,5 +1,6 @@
 """Failure handling: a rank that crashes, dies or hangs fails its cell quickly, names the rank,
 and leaves no process behind."""
+import re
 import time
 
 import pytest
@@ -31,7 +32,8 @@ def test_killed_rank_fails_the_cell(launcher, tmp_path):
     run = run_cell(CELL, TINY, launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=30),
                    options=RankOptions(fault=Fault(rank=0, kind="exit", at_step=2)))
     assert run.status == "failed"
-    assert "rank(s) 0 ended without a record or an error report" in run.error
+    # rank 1 reports the lost peer, unless its launcher terminates it first (torchrun does so at once)
+    assert re.search(r"rank\(s\) 0(, 1)? ended without a record or an error report", run.error), run.error
     assert processes_with_token(run.token) == []
 
 
