@@ -10,7 +10,7 @@ import pytest
 from harness.rank.frameworks.mxnet import (Loss, MXNetAdapter, claim_port, process_environment,
                                            wait_until_listening)
 from harness.rank.gluon.runtime import MXNetRuntime, nvidia_gpus_present
-from harness.rank.rankenv import RankInfo
+from harness.rank.rankenv import PORTS_ABOVE_MASTER, RankInfo
 
 
 def rank_info(rank: int, world_size: int, master_port: int = 29500) -> RankInfo:
@@ -32,6 +32,15 @@ def test_workers_listen_in_rank_order_apart_from_the_scheduler_and_the_server():
     scheduler = int(process_environment({}, world[0], "scheduler")["DMLC_PS_ROOT_PORT"])
     assert workers == sorted(workers) and len({*workers, server, scheduler}) == 6
     assert all(process_environment({}, rank, "worker")["DMLC_PS_ROOT_PORT"] == str(scheduler) for rank in world)
+
+
+def test_every_ps_lite_port_lies_in_the_block_the_runner_keeps_free():
+    """The runner checks MASTER_PORT .. MASTER_PORT + ranks + PORTS_ABOVE_MASTER (rankenv.launch_port_block)."""
+    world = [rank_info(rank, 4) for rank in range(4)]
+    ports = [int(process_environment({}, rank, "worker")["PORT"]) for rank in world]
+    ports += [int(process_environment({}, world[0], "server")["PORT"]),
+              int(process_environment({}, world[0], "scheduler")["DMLC_PS_ROOT_PORT"])]
+    assert 29500 < min(ports) and max(ports) <= 29500 + 4 + PORTS_ABOVE_MASTER
 
 
 def test_serving_ranks_are_ps_lites_servers_and_the_others_its_workers():
