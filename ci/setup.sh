@@ -10,7 +10,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${DLSCALE_VENV:-$repo/.venv}"
 cache="${DLSCALE_CACHE:-$HOME/.cache/dlscale}"
-log() { printf '[setup] %s\n' "$*" >&2; }
+log() { printf '[setup %4d s] %s\n' "$SECONDS" "$*" >&2; }
 
 debian_packages=(openmpi-bin libopenmpi-dev slurm-wlm munge iproute2 procps)
 missing=()
@@ -30,23 +30,52 @@ if [[ ! -x "$venv/bin/python" ]]; then
     log "creating virtual environment $venv"
     python3 -m venv "$venv"
 fi
-stamp="$venv/.dlscale-installed"
-# The checkout's path is part of the stamp: an editable install points at one checkout only.
-want="$(cat "$repo/pyproject.toml" "$repo/ci/constraints.txt" | sha256sum | cut -c1-16) $repo"
-if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
-    log "installing dlscale and pinned dependencies into $venv"
-    "$venv/bin/pip" install -q -c "$repo/ci/constraints.txt" -e "$repo[dev,mpi,deepspeed]"
-    echo "$want" > "$stamp"
-fi
-"$repo/ci/install_frameworks.sh" "$venv"
-"$repo/ci/install_dali.sh" "$venv"
-"$repo/ci/install_runtimes.sh" "$venv"
 
-"$venv/bin/python" -m harness.data.dataset --ensure "$cache/dataset" >&2
-"$venv/bin/python" -m harness.data.tfrecord --from "$cache/dataset" --to "$cache/dataset-tfrecord" >&2
+# Two chains at once: each has a download and a compile (the Horovod builds), so one chain's
+# compile overlaps the other's download. A chain installs into its own environments only (torch's
+# chain writes .venv, the runtimes' chain .venv-tensorflow and .venv-mxnet).
+torch_chain() {
+    stamp="$venv/.dlscale-installed"
+    # The checkout's path is part of the stamp: an editable install points at one checkout only.
+    want="$(cat "$repo/pyproject.toml" "$repo/ci/constraints.txt" | sha256sum | cut -c1-16) $repo"
+    if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+        log "installing dlscale and pinned dependencies into $venv"
+        "$venv/bin/pip" install -q -c "$repo/ci/constraints.txt" -e "$repo[dev,mpi,deepspeed]"
+        echo "$want" > "$stamp"
+    fi
+
+    "$repo/ci/install_frameworks.sh" "$venv"
+    "$repo/ci/install_dali.sh" "$venv"
+    "$venv/bin/python" -m harness.data.dataset --ensure "$cache/dataset"
+    "$venv/bin/python" -m harness.data.tfrecord --from "$cache/dataset" --to "$cache/dataset-tfrecord"
+}
+runtimes_chain() { "$repo/ci/install_runtimes.sh" "$venv"; }
+kill_tree() {
+    local child
+    for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+    kill "$1" 2>/dev/null || true
+}
+logs="$(mktemp -d)"
+declare -A chain_pids=()
+# An interrupted or failed set-up leaves no chain running (pip, a compiler) behind it.
+trap 'for pid in "${chain_pids[@]}"; do kill_tree "$pid"; done; rm -rf "$logs"' EXIT
+for chain in torch_chain runtimes_chain; do
+    ( started=$SECONDS; "$chain"; log "$chain done in $((SECONDS - started)) s" ) > "$logs/$chain.log" 2>&1 &
+    chain_pids[$chain]=$!
+done
+failed=()
+for chain in torch_chain runtimes_chain; do
+    wait "${chain_pids[$chain]}" || failed+=("$chain")
+    cat "$logs/$chain.log" >&2
+done
+if ((${#failed[@]})); then
+    log "set-up failed in: ${failed[*]} (its output is above)"
+    exit 1
+fi
 
 if [[ -n "${DLSCALE_NO_LOCAL_SLURM:-}" ]]; then
     log "DLSCALE_NO_LOCAL_SLURM set: no local Slurm cluster; srun cells run where a cluster answers"
 else
     "$repo/ci/slurm/start.sh"
 fi
+log "set-up done"
