@@ -14,6 +14,7 @@ from harness.rank.frameworks import FRAMEWORKS, has_servers, training_ranks
 from harness.rank.loaders import LOADERS
 from harness.rank.runtime import unavailable
 
+from ..components import framework_component, needs
 from ..workloads import TINY
 
 SOURCES = {"srun": "slurm", "mpirun": "openmpi", "torchrun": "torchrun"}
@@ -21,9 +22,29 @@ SOURCES = {"srun": "slurm", "mpirun": "openmpi", "torchrun": "torchrun"}
 pytestmark = pytest.mark.launch
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-@pytest.mark.parametrize("loader", ["synthetic", "native"])
-@pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"], indirect=True)
+def covering(cells: list[tuple], parts) -> list:
+    """``cells`` as pytest params, those that add no new part marked ``full`` (run by ``ci/test
+    --full``): a cell is in CI's share when ``parts(cell)`` names a part no earlier cell covered
+    (a framework under a launcher, a loader in a runtime). The most ranks come first, so that each
+    part is tested where it is distributed; the order of the list is kept otherwise."""
+    covered: set = set()
+    kept = set()
+    for cell in sorted(cells, key=lambda cell: -cell[-1]):
+        new = set(parts(cell)) - covered
+        if new:
+            kept.add(cell)
+            covered |= new
+    return [pytest.param(*cell, marks=() if cell in kept else pytest.mark.full) for cell in cells]
+
+
+DDP_CELLS = [(launcher, loader, ranks) for launcher in ("srun", "mpirun", "torchrun")
+             for loader in ("synthetic", "native") for ranks in (1, 2)]
+
+
+@pytest.mark.parametrize("launcher, loader, ranks",
+                         covering(DDP_CELLS, lambda cell: [("launcher", cell[0]), ("loader", cell[1]),
+                                                           ("ranks", cell[2])]),
+                         indirect=["launcher"])
 def test_ddp_cell_runs_on_every_rank(launcher, loader, ranks, tmp_path, tiny_dataset):
     cell = Cell(framework="ddp", loader=loader, model="resnet50", ranks=ranks)
     run = run_cell(cell, TINY.replace(data_dir=str(tiny_dataset)), launcher, workdir=tmp_path)
@@ -46,7 +67,9 @@ def test_ddp_cell_runs_on_every_rank(launcher, loader, ranks, tmp_path, tiny_dat
 # synthetic and native cells are above, through all three launchers), and each framework's own
 # launcher once. A backend added to a registry is tested here without a line changed. A
 # parameter-server framework trains on one and two workers beside its server, on the synthetic
-# loader (the loaders are the torch frameworks' own, tested above).
+# loader (the loaders are the torch frameworks' own, tested above). CI runs the cells that cover
+# each framework under each of its launchers and each loader in each runtime; the rest are more
+# combinations of the same parts (ci/test --full).
 FRAMEWORK_CELLS = [
     *[(framework, "srun", loader, ranks)
       for framework in FRAMEWORKS.names()
@@ -65,14 +88,24 @@ FRAMEWORK_CELLS = [
 ]
 
 
-@pytest.mark.parametrize("framework, launcher, loader, ranks", FRAMEWORK_CELLS, indirect=["launcher"])
+
+
+def framework_cell_parts(cell: tuple) -> list[tuple]:
+    framework, launcher, loader, _ = cell
+    runtime = FRAMEWORKS.entry(framework).runtime
+    # DDP's synthetic and native cells above cover the torch loaders they read
+    loader_part = [] if runtime == "torch" and loader in ("synthetic", "native") else [(runtime, loader)]
+    return [(framework, launcher), *loader_part]
+
+
+@pytest.mark.parametrize("framework, launcher, loader, ranks", covering(FRAMEWORK_CELLS, framework_cell_parts),
+                         indirect=["launcher"])
 def test_every_framework_and_loader_trains_on_every_rank(framework, launcher, loader, ranks, tmp_path, tiny_dataset,
                                                         tiny_tfrecords):
     runtime = FRAMEWORKS.entry(framework).runtime
-    reason = (unavailable(runtime, FRAMEWORKS.entry(framework))
-              or (runtime == "torch" and LOADERS.missing(loader)))
-    if reason:
-        pytest.skip(reason)
+    needs(framework_component(framework), unavailable(runtime, FRAMEWORKS.entry(framework)))
+    if runtime == "torch" and loader.startswith("dali"):
+        needs("dali", LOADERS.missing(loader))
     cell = Cell(framework=framework, loader=loader, model="resnet50", ranks=ranks)
     workload = TINY.replace(data_dir=str(tiny_dataset), tfrecord_dir=str(tiny_tfrecords), dali_threads=1)
     run = run_cell(cell, workload, launcher, workdir=tmp_path)
@@ -92,9 +125,7 @@ def test_every_framework_and_loader_trains_on_every_rank(framework, launcher, lo
 def test_inside_an_allocation_whether_cells_use_gpus_is_asked_of_a_job_step():
     """``--device auto`` after salloc: the allocation's variables say no GPU, so a one-task probe
     step asks torch on the job's node (here the local cluster's, which has none)."""
-    reason = LAUNCHERS.create("srun").unavailable_reason()
-    if reason:
-        pytest.skip(f"srun: {reason}")
+    needs("slurm", LAUNCHERS.create("srun").unavailable_reason())
     probe = ("from harness.session.preflight import uses_gpus; from harness.launch.launchers import gpus_a_job_step_sees; "
              "from harness.machine.allocation import from_env; import os; "
              "print(gpus_a_job_step_sees(from_env(os.environ)), uses_gpus('auto'))")

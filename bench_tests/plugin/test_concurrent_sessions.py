@@ -27,7 +27,7 @@ def test_two_sessions_updating_one_systems_baselines_keep_both_cells(tmp_path):
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "--system", "shared",
                    "--baselines-dir", "baselines", "--history-dir", "history", "--launcher", "torchrun",
                    "--frameworks", "ddp", "--loaders", "synthetic", "--gpus", ranks, "--update-baselines",
-                   "--measure-budget", "0", *TINY_FLAGS]
+                   *TINY_FLAGS]
         sessions.append(subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, text=True))
     outputs = [session.communicate(timeout=600)[0] for session in sessions]

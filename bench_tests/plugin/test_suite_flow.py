@@ -8,7 +8,9 @@ from ..workloads import SCALING_TEST
 from ..workloads import TINY_FLAGS as BASE_FLAGS
 
 pytestmark = pytest.mark.launch
-TINY_FLAGS = [*BASE_FLAGS, "--widest-baseline", "inf"]  # five steps make no precise baseline; these tests are about the flow
+# Five steps make no precise baseline, and these tests are about the flow: one launch a cell (a
+# cell measured again until precise is test_an_imprecise_cell_is_launched_again_and_its_launches_pooled).
+TINY_FLAGS = [*BASE_FLAGS, "--widest-baseline", "inf", "--measure-budget", "0"]
 
 
 @pytest.fixture
@@ -56,6 +58,23 @@ def test_record_then_pass_against_the_new_baselines(suite, pytester):
     second.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1*pass*", "*ddp-synthetic-resnet50-g2*pass*", "2 pass"])
     again = json.loads(suite.baseline_file.read_text())["cells"]["ddp-synthetic-resnet50-g2"]["throughput"]
     assert (again["lower"], again["upper"]) == (-0.9, None)
+
+
+def test_an_imprecise_cell_is_launched_again_and_its_launches_pooled(suite, pytester):
+    """No five-step launch reaches a +-0.0001% interval, so the cell is launched again for as long
+    as its measuring budget holds another launch (three times the first session's), and is
+    judged on all its launches' records together."""
+    once = suite("--loaders", "synthetic", "--gpus", "1", "--results-json", "once.json")
+    once.assert_outcomes(passed=1)
+    launch_s = json.loads((pytester.path / "once.json").read_text())["cells"][0]["wall_s"]
+    again = suite("--loaders", "synthetic", "--gpus", "1", "--results-json", "again.json", "--precision", "0.000001",
+                  "--measure-budget", str(3 * launch_s))  # the last --measure-budget given wins
+    again.assert_outcomes(passed=1)
+    cell, = json.loads((pytester.path / "again.json").read_text())["cells"]
+    assert cell["runs"] >= 2, cell["wall_s"]
+    # one rank's record from every launch, pooled, less the launches another process contended
+    pooled = cell["runs"] - cell["contended_runs"]
+    assert len(cell["records"]) == pooled and len({record["pid"] for record in cell["records"]}) == pooled
 
 
 def test_a_measurement_too_uncertain_for_a_baseline_keeps_the_old_one(suite):
