@@ -4,6 +4,8 @@ import pytest
 from harness.data.dataset import ensure
 from harness.launch.launchers import LAUNCHERS
 
+from .components import LAUNCHER_COMPONENTS, needs
+
 
 @pytest.fixture(scope="session")
 def tiny_dataset(tmp_path_factory):
@@ -19,9 +21,8 @@ def tiny_tfrecords(tiny_dataset):
 
 @pytest.fixture
 def launcher(request):
-    """The launcher named by the test's ``launcher_name`` parameter, skipped where it cannot run."""
+    """The launcher named by the test's ``launcher`` parameter, skipped where it cannot run (a
+    failure where CI declared it installed)."""
     launcher = LAUNCHERS.create(request.param)
-    reason = launcher.unavailable_reason()
-    if reason:
-        pytest.skip(f"{request.param}: {reason}")
+    needs(LAUNCHER_COMPONENTS[request.param], launcher.unavailable_reason())
     return launcher

@@ -8,6 +8,7 @@ from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import run_cell
 from harness.rank.spec import DataDelay, RankOptions
 
+from ..components import needs
 from ..workloads import TINY
 
 pytestmark = pytest.mark.launch
@@ -21,9 +22,7 @@ DELAY_S = 0.4
 @pytest.fixture(scope="module")
 def torchrun():
     launcher = LAUNCHERS.create("torchrun")
-    reason = launcher.unavailable_reason()
-    if reason:
-        pytest.skip(f"torchrun: {reason}")
+    needs("torchrun", launcher.unavailable_reason())
     return launcher
 
 

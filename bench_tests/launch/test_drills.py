@@ -30,6 +30,7 @@ from harness.rank.runtime import unavailable
 from harness.rank.spec import RankOptions
 from harness.store.history import read as read_history
 
+from ..components import framework_component, needs
 from ..workloads import SCALING_TEST, TINY
 from .test_two_hosts import SUBNET, TwoHostTorchrun, hosts  # noqa: F401 - hosts is a fixture
 
@@ -179,8 +180,7 @@ def test_a_killed_rank_of_another_runtime_fails_the_cell_and_leaves_nothing(laun
     """TensorFlow's gRPC servers, MXNet's scheduler and parameter server (rank 0's children): killing
     rank 1 mid-run fails the cell, names the rank, and every process of the launch is gone."""
     entry = FRAMEWORKS.entry(framework)
-    if reason := unavailable(entry.runtime, entry):
-        pytest.skip(reason)
+    needs(framework_component(framework), unavailable(entry.runtime, entry))
     cell = Cell(framework=framework, loader="synthetic", model="resnet44", ranks=2)
     run = run_cell(cell, TINY.replace(steps=20), launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=60),
                    options=RankOptions(fault=Fault(rank=1, kind="exit", at_step=2)))
@@ -438,8 +438,8 @@ def test_local_slurm_comes_back_ready_after_its_daemons_died_mid_job(request):
     must bring back a cluster that runs jobs at once, not one whose node stays held by a recovered
     job that has no processes left (until InactiveLimit cancels it, a minute or more later)."""
     started_by_setup = SLURM_STATE / "started"
-    if os.geteuid() != 0 or "slurmctld" not in (started_by_setup.read_text() if started_by_setup.exists() else ""):
-        pytest.skip("needs root and the local cluster that ci/slurm/start.sh started")
+    ours = os.geteuid() == 0 and "slurmctld" in (started_by_setup.read_text() if started_by_setup.exists() else "")
+    needs("local-slurm", None if ours else "needs root and the local cluster that ci/slurm/start.sh started")
     name = f"dlscale-drill-{uuid.uuid4().hex[:8]}"
     job = subprocess.Popen(["srun", "-n", "1", f"--job-name={name}", "sleep", "300"], start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

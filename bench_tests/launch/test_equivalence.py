@@ -19,6 +19,7 @@ from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.runtime import unavailable
 from harness.rank.spec import RankOptions
 
+from ..components import fail_if_declared, framework_component, needs
 from ..workloads import TINY
 
 pytestmark = pytest.mark.launch
@@ -26,12 +27,10 @@ FRAMEWORK_NAMES = ("ddp", "horovod", "deepspeed")
 
 
 def test_same_seed_same_data_same_losses_at_two_ranks(tmp_path):
-    missing = [reason for name in FRAMEWORK_NAMES if (reason := FRAMEWORKS.missing(name))]
-    if missing:
-        pytest.skip("; ".join(missing))
+    for name in FRAMEWORK_NAMES:
+        needs(framework_component(name), FRAMEWORKS.missing(name))
     launcher = LAUNCHERS.create("mpirun")  # the one launcher all three frameworks run under
-    if reason := launcher.unavailable_reason():
-        pytest.skip(reason)
+    needs("mpirun", launcher.unavailable_reason())
     workload = TINY.replace(warmup_steps=0, steps=5)
     trajectories = {}
     for name in FRAMEWORK_NAMES:
@@ -55,13 +54,17 @@ def test_every_framework_learns_the_same_batch_from_the_same_start(tmp_path):
     learns that batch; and within a runtime the frameworks train identically, for the reason above
     (measured: TensorFlow's strategy and Horovod on TensorFlow, 20 equal losses)."""
     launcher = LAUNCHERS.create("mpirun")
-    if reason := launcher.unavailable_reason():
-        pytest.skip(reason)
+    needs("mpirun", launcher.unavailable_reason())
     workload = TINY.replace(warmup_steps=0, steps=20)
     by_runtime: dict[str, dict[str, list[float]]] = {}
+    missing: list[str] = []
     for name in FRAMEWORKS.names():
         entry = FRAMEWORKS.entry(name)
-        if entry.preset or unavailable(entry.runtime, entry):  # variants train as their base does
+        if entry.preset:  # variants train as their base does
+            continue
+        if reason := unavailable(entry.runtime, entry):  # the others are still compared
+            fail_if_declared(framework_component(name), reason)
+            missing.append(f"{name} ({reason})")
             continue
         cell = Cell(framework=name, loader="synthetic", model="resnet44", ranks=2)
         run = run_cell(cell, workload, launcher, workdir=tmp_path, options=RankOptions(threads_per_rank=1))
@@ -78,6 +81,9 @@ def test_every_framework_learns_the_same_batch_from_the_same_start(tmp_path):
         for name in others:
             assert trajectories[name] == pytest.approx(trajectories[reference_name], rel=1e-5), \
                 f"{name} diverges from {reference_name} ({runtime})"
+    if missing:  # said, not dropped in silence
+        pytest.skip(f"compared {', '.join(name for names in by_runtime.values() for name in names)}; "
+                    f"not installed: {'; '.join(missing)}")
 
 
 @pytest.mark.parametrize("framework, ranks, workers, all_reduce", [
@@ -91,13 +97,11 @@ def test_a_parameter_server_trains_as_all_reduce_does(framework, ranks, workers,
     comes: plain SGD. Either way the first worker's losses are those of the all-reduce cell on as
     many ranks, to rounding (the mean is summed in another order, the update runs in another process)."""
     launcher = LAUNCHERS.create("mpirun")
-    if reason := launcher.unavailable_reason():
-        pytest.skip(reason)
+    needs("mpirun", launcher.unavailable_reason())
     workload = TINY.replace(warmup_steps=0, steps=12)
     losses = {}
     entry = FRAMEWORKS.entry(framework)
-    if reason := unavailable(entry.runtime, entry):
-        pytest.skip(reason)
+    needs(framework_component(framework), unavailable(entry.runtime, entry))
     for name, count in ((framework, ranks), (all_reduce, workers)):
         cell = Cell(framework=name, loader="synthetic", model="resnet44", ranks=count)
         run = run_cell(cell, workload, launcher, workdir=tmp_path, options=RankOptions(threads_per_rank=1))

@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+from ..components import needs
 from .test_two_hosts import NETNS, hosts  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.launch
@@ -74,10 +75,9 @@ answers && echo "answers again"
 def site(hosts, tmp_path_factory):  # noqa: F811 - the fixture imported above
     """The output of SCRIPT, run once for both tests."""
     for tool in ("slurmctld", "slurmd", "sinfo", "munge"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not found (Debian packages slurm-wlm and munge)")
-    if subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode != 0:
-        pytest.skip("munged does not answer (ci/slurm/start.sh starts it)")
+        needs("slurm", f"{tool} not found (Debian packages slurm-wlm and munge)" if shutil.which(tool) is None else None)
+    munge = subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode
+    needs("slurm", "munged does not answer (ci/slurm/start.sh starts it)" if munge else None)
     host, addr = f"{hosts['DLSCALE_NETNS_PREFIX']}1", f"{hosts['DLSCALE_NETNS_SUBNET']}.2"
     tmp_path = tmp_path_factory.mktemp("site")
     for part in ("ctld", "d"):

@@ -17,6 +17,7 @@ from harness.launch.launchers import LaunchRequest, Launcher, SrunLauncher
 from harness.launch.procs import processes_with_token
 from harness.launch.runner import RunLimits, run_cell
 
+from ..components import needs
 from ..workloads import TINY
 
 pytestmark = pytest.mark.launch
@@ -39,14 +40,11 @@ def netns_unavailable() -> str | None:
 @pytest.fixture(scope="module")
 def hosts():
     """Two fresh namespaces, named for this run so that concurrent runs do not meet; removed after."""
-    reason = netns_unavailable()
-    if reason:
-        pytest.skip(reason)
+    needs("two-hosts", netns_unavailable())
     env = dict(os.environ, DLSCALE_NETNS_PREFIX=f"dls{uuid.uuid4().hex[:6]}-h", DLSCALE_NETNS_SUBNET=SUBNET,
                DLSCALE_NETNS_IFNAME=IFNAME)
     up = subprocess.run([str(NETNS), "up"], env=env, capture_output=True, text=True, timeout=60)
-    if up.returncode != 0:
-        pytest.skip(f"ci/netns.sh up failed: {up.stderr.strip()}")
+    needs("two-hosts", f"ci/netns.sh up failed: {up.stderr.strip()}" if up.returncode else None)
     yield env
     subprocess.run([str(NETNS), "down"], env=env, check=True, timeout=60)
 
@@ -55,12 +53,10 @@ def hosts():
 def two_node_slurm(hosts, tmp_path_factory):
     """A two-node Slurm cluster on the two hosts; yields its slurm.conf."""
     for tool in ("slurmctld", "slurmd", "srun", "munge"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not found (Debian packages slurm-wlm and munge)")
+        needs("slurm", f"{tool} not found (Debian packages slurm-wlm and munge)" if shutil.which(tool) is None else None)
     env = dict(hosts, DLSCALE_NETNS_SLURM_STATE=str(tmp_path_factory.mktemp("netns-slurm")))
     up = subprocess.run([str(NETNS_SLURM), "up"], env=env, capture_output=True, text=True, timeout=90)
-    if up.returncode != 0:
-        pytest.skip(f"ci/netns-slurm.sh up failed: {up.stderr.strip()[-2000:]}")
+    needs("two-hosts", f"ci/netns-slurm.sh up failed: {up.stderr.strip()[-2000:]}" if up.returncode else None)
     yield up.stdout.strip()
     subprocess.run([str(NETNS_SLURM), "down"], env=env, check=True, timeout=60)
 

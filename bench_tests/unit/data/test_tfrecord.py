@@ -2,6 +2,7 @@
 DALI's own TFRecord reader."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from bench_tests.components import needs
 from harness.data import tfrecord
 from harness.data.tfrecord import TFRecordError
 
@@ -101,8 +103,7 @@ def test_index_format(folder, tmp_path):
 
 def test_index_matches_dalis_tfrecord2idx(folder, tmp_path):
     tool = Path(sys.executable).parent / "tfrecord2idx"
-    if not tool.exists():
-        pytest.skip(f"{DALI_MISSING}: it ships tfrecord2idx")
+    needs("dali", None if tool.exists() else f"{DALI_MISSING}: it ships tfrecord2idx")
     out = tfrecord.convert(folder[0], tmp_path / "tfr", shards=1)
     shard = out / "train-00000-of-00001.tfrecord"
     subprocess.run([sys.executable, str(tool), str(shard), str(tmp_path / "dali.idx")], check=True)
@@ -176,7 +177,7 @@ def test_command_line(folder, tmp_path):
 
 
 def test_dali_reads_the_shards_back(folder, tmp_path):
-    pytest.importorskip("nvidia.dali", reason=DALI_MISSING)
+    needs("dali", None if importlib.util.find_spec("nvidia.dali") else DALI_MISSING)
     import nvidia.dali.fn as fn
     import nvidia.dali.tfrecord as tfrec
     from nvidia.dali import pipeline_def, types

@@ -3,6 +3,7 @@ import os
 
 import pytest
 
+from bench_tests.components import needs
 from harness.launch.launchers import LAUNCHERS, LaunchRequest, SrunLauncher, open_mpi_refusal
 
 REQUEST = LaunchRequest(ranks=2, module="harness.rank.worker", args=("/tmp/spec.json",), job_name="dlscale-x",
@@ -83,7 +84,7 @@ def test_mpirun_other_than_open_mpi_is_refused_with_the_reason(version, refused)
 def test_the_mpirun_here_is_open_mpi():
     launcher = LAUNCHERS.create("mpirun")
     if launcher.unavailable_reason() and "not found" in launcher.unavailable_reason():
-        pytest.skip(launcher.unavailable_reason())
+        needs("mpirun", launcher.unavailable_reason())
     assert launcher.unavailable_reason() is None
 
 

@@ -5,6 +5,7 @@ flip the mean of a batch image still says which file it came from.
 """
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
+from bench_tests.components import needs
 from harness.data import tfrecord
 from harness.rank.loaders import FILE_LOADERS, LOADERS
 from harness.rank.loaders.dali import IMAGENET_MEAN, IMAGENET_STD, INSTALL_HINT, DaliDataError, pick_format
@@ -27,7 +29,10 @@ CLASSES, PER_CLASS, STEP = 4, 6, 9
 
 @pytest.fixture
 def dali():
-    return pytest.importorskip("nvidia.dali", reason=DALI_MISSING)
+    needs("dali", None if importlib.util.find_spec("nvidia.dali") else DALI_MISSING)
+    import nvidia.dali
+
+    return nvidia.dali
 
 
 def rank_info(rank: int = 0, world: int = 1) -> RankInfo:
