@@ -88,8 +88,20 @@ def free_port() -> int:
 
 PORTS_ABOVE_MASTER = 2
 """The framework adapters derive ports from ``MASTER_PORT`` up to ``MASTER_PORT + ranks + 2``
-(ps-lite's scheduler, its workers and the server beside rank 0; TensorFlow's tasks; the RPC
-agent)."""
+(ps-lite's scheduler, its workers and the server beside rank 0; TensorFlow's tasks and its
+parameter-server chief; the RPC agent)."""
+
+
+def own_port(rank: RankInfo) -> int:
+    """The port this rank serves on in its launch's block (:func:`launch_port_block`): one per rank."""
+    return rank.master_port + 1 + rank.rank
+
+
+def spare_port(rank: RankInfo) -> int:
+    """A port of the launch's block that no rank's :func:`own_port` takes, for rank 0's helper process."""
+    return rank.master_port + rank.world_size + 1
+
+
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_PORT = 10000
 

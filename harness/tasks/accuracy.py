@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from harness.rank.frameworks.base import FrameworkAdapter
-from harness.rank.rankenv import RankInfo, free_port, read_rank_info
+from harness.rank.rankenv import RankInfo, launch_port_block, read_rank_info
 from harness.rank.schedulers import LRSchedule, check_schedule, scaled_lr, set_learning_rate, study_gamma
 from harness.rank.trainloop import ProgressFn
 
@@ -270,7 +270,7 @@ def single_rank_adapter(framework: str = "ddp") -> Iterator[tuple[FrameworkAdapt
 
     names = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
     saved = {name: os.environ.get(name) for name in names}
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(launch_port_block(1)), RANK="0", WORLD_SIZE="1")
     try:
         rank = read_rank_info(os.environ)
         adapter = FRAMEWORKS.create(framework)

@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.common.jsonio import write_json_atomic
 from harness.rank.frameworks.base import FrameworkAdapter, LossFn
-from harness.rank.rankenv import RankInfo, address_toward, free_port
+from harness.rank.rankenv import RankInfo, address_toward, own_port
 
 RENDEZVOUS_TIMEOUT_S = 300.0
 
@@ -31,10 +31,11 @@ def published_cluster(rank: RankInfo, workdir: Path, timeout_s: float = RENDEZVO
 
 def publish_and_gather(rank: RankInfo, workdir: Path, *, prefix: str = "tf-worker-", extra: dict | None = None,
                        timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> list[dict]:
-    """Every rank's entry, by rank: this rank's (its ``address`` on a free port, and ``extra``)
-    written to ``workdir`` as ``<prefix><rank>.json``, the others' read from there."""
+    """Every rank's entry, by rank: this rank's (its ``address`` on its own port of the launch's
+    block, which the runner found free outside the kernel's ephemeral range, and ``extra``) written
+    to ``workdir`` as ``<prefix><rank>.json``, the others' read from there."""
     host = address_toward(rank.master_addr, rank.master_port) or socket.gethostname()
-    write_json_atomic(workdir / f"{prefix}{rank.rank}.json", {"address": f"{host}:{free_port()}", **(extra or {})})
+    write_json_atomic(workdir / f"{prefix}{rank.rank}.json", {"address": f"{host}:{own_port(rank)}", **(extra or {})})
     return gather_published(workdir, prefix, rank.world_size, timeout_s)
 
 

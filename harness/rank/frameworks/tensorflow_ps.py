@@ -31,7 +31,7 @@ from harness.common.jsonio import write_json_atomic
 from harness.rank.frameworks.base import FrameworkAdapter
 from harness.rank.frameworks.ps_common import ServerRoles, ServerStats, check_settings, workers_beside
 from harness.rank.frameworks.tensorflow import publish_and_gather
-from harness.rank.rankenv import RankInfo, free_port
+from harness.rank.rankenv import RankInfo, spare_port
 
 POLL_S = 0.1
 PUBLISHED = "tf-ps-rank"
@@ -136,7 +136,7 @@ class TensorFlowPSAdapter(ServerRoles, FrameworkAdapter):
 
         self.tf, self.rank = tf, rank
         self.workers = workers_beside(self.servers, rank.world_size)
-        chief = {"chief": f"{rank.master_addr}:{free_port()}"} if rank.rank == 0 else {}
+        chief = {"chief": f"{rank.master_addr}:{spare_port(rank)}"} if rank.rank == 0 else {}
         published = publish_and_gather(rank, self.workdir, prefix=PUBLISHED, extra={"pid": os.getpid(), **chief})
         self.cluster = cluster_spec(published, self.workers)
         job, index = ("ps", rank.rank - self.workers) if self.serves() else ("worker", rank.rank)
