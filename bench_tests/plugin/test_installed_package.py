@@ -13,6 +13,7 @@ import pytest
 
 from harness.launch.launchers import LAUNCHERS
 
+from ..components import needs
 from ..workloads import TINY_FLAGS
 
 pytestmark = pytest.mark.launch
@@ -47,7 +48,8 @@ def run(python: Path, project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     return subprocess.run([str(python), "-m", "pytest", "--pyargs", "harness.bench", "-p", "no:cacheprovider",
                            "-m", "scaling", "--launcher", "srun", "--frameworks", "ddp", "--loaders", "synthetic",
-                           "--gpus", "1", "--system", "installsys", "--widest-baseline", "inf", *TINY_FLAGS, *args],
+                           "--gpus", "1", "--system", "installsys", "--widest-baseline", "inf", "--measure-budget", "0",
+                           *TINY_FLAGS, *args],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -61,9 +63,7 @@ def test_the_installed_code_runs_not_this_checkout(installed):
 
 
 def test_an_installed_dlscale_judges_cells_against_the_projects_baselines(installed, tmp_path):
-    reason = LAUNCHERS.create("srun").unavailable_reason()
-    if reason:
-        pytest.skip(f"srun: {reason}")
+    needs("slurm", LAUNCHERS.create("srun").unavailable_reason())
     project = tmp_path / "project"
     (project / "baselines").mkdir(parents=True)
     first = run(installed, project, "--update-baselines")
@@ -72,9 +72,14 @@ def test_an_installed_dlscale_judges_cells_against_the_projects_baselines(instal
     assert list(baseline["cells"]) == [CELL]
     assert (project / "history" / "installsys.jsonl").is_file() and (project / "results" / "latest").is_symlink()
 
-    second = run(installed, project)
-    assert second.returncode in (0, 1), second.stdout + second.stderr  # 1: a noisy five-step cell may fail
+    # A five-step cell is noisy: the band is widened by hand (as a user may), so that the judge's
+    # verdict is known, and the yardstick left out (on a busy machine it has measured 1.2x apart)
+    baseline["cells"][CELL]["throughput"].update(lower=-0.9, upper=None)
+    baseline["cells"][CELL].pop("efficiency", None)
+    (project / "baselines" / "installsys.json").write_text(json.dumps(baseline))
+    second = run(installed, project, "--no-yardstick")
+    assert second.returncode == 0, second.stdout + second.stderr
     results = json.loads((project / "results" / "latest" / "results.json").read_text())
     cell, = results["cells"]
-    assert cell["cell"] == CELL and cell["verdict"] not in ("no-baseline", "stale"), cell["verdict"]
+    assert (cell["cell"], cell["status"], cell["verdict"]) == (CELL, "ok", "pass"), cell["verdicts"]
     assert results["provenance"]["git_commit"] is None  # the installed code ran, not a checkout's
