@@ -121,8 +121,16 @@ DRILLS = {"killed": ["--fault", "exit"], "hung": ["--fault", "hang", "--heartbea
           "ctrl-c": ["--fault", "stuck", "--heartbeat", "300"], "ctrl-c-twice": ["--fault", "stuck", "--heartbeat", "300"]}
 
 
-@pytest.mark.parametrize("launcher_name", ["srun", "mpirun", "torchrun"])
-@pytest.mark.parametrize("drill", list(DRILLS))
+CI_DRILLS = {("killed", "srun"), ("killed", "mpirun"), ("killed", "torchrun"), ("hung", "srun"),
+             ("ctrl-c", "torchrun"), ("ctrl-c-twice", "mpirun")}
+"""CI's share: a killed rank under every launcher, and each other drill under one (the one where its
+clean-up has most to do: mpirun's second press finds processes left on host 1); ci/test --full runs
+every drill under every launcher."""
+
+
+@pytest.mark.parametrize("drill, launcher_name", [
+    pytest.param(drill, launcher, marks=() if (drill, launcher) in CI_DRILLS else pytest.mark.full)
+    for drill in DRILLS for launcher in ("srun", "mpirun", "torchrun")])
 def test_a_failed_or_interrupted_cell_leaves_nothing_on_either_node(hosts, two_node_slurm, tmp_path, request,
                                                                     launcher_name, drill):
     prefix = hosts["DLSCALE_NETNS_PREFIX"]

@@ -26,6 +26,8 @@ pytestmark = pytest.mark.launch
 FRAMEWORK_NAMES = ("ddp", "horovod", "deepspeed")
 
 
+@pytest.mark.full  # CI's share: test_every_framework_learns_the_same_batch_from_the_same_start holds the three
+# to each other on ResNet44 over 20 steps (rel 1e-5); this is the same on ResNet50
 def test_same_seed_same_data_same_losses_at_two_ranks(tmp_path):
     for name in FRAMEWORK_NAMES:
         needs(framework_component(name), FRAMEWORKS.missing(name))
