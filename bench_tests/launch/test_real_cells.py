@@ -22,11 +22,10 @@ SOURCES = {"srun": "slurm", "mpirun": "openmpi", "torchrun": "torchrun"}
 pytestmark = pytest.mark.launch
 
 
-def covering(cells: list[tuple], parts) -> list:
-    """``cells`` as pytest params, those that add no new part marked ``full`` (run by ``ci/test
-    --full``): a cell is in CI's share when ``parts(cell)`` names a part no earlier cell covered
-    (a framework under a launcher, a loader in a runtime). The most ranks come first, so that each
-    part is tested where it is distributed; the order of the list is kept otherwise."""
+def covering(cells: list[tuple], parts) -> set[tuple]:
+    """CI's share of ``cells``: each cell whose ``parts(cell)`` names a part no earlier cell covered
+    (a framework under a launcher, a loader in a runtime); the others only combine covered parts
+    again (ci/test --full). The most ranks come first, so that each part is tested distributed."""
     covered: set = set()
     kept = set()
     for cell in sorted(cells, key=lambda cell: -cell[-1]):
@@ -34,16 +33,18 @@ def covering(cells: list[tuple], parts) -> list:
         if new:
             kept.add(cell)
             covered |= new
-    return [pytest.param(*cell, marks=() if cell in kept else pytest.mark.full) for cell in cells]
+    return kept
 
 
 DDP_CELLS = [(launcher, loader, ranks) for launcher in ("srun", "mpirun", "torchrun")
              for loader in ("synthetic", "native") for ranks in (1, 2)]
 
 
+DDP_CI = covering(DDP_CELLS, lambda cell: [("launcher", cell[0]), ("loader", cell[1]), ("ranks", cell[2])])
+
+
 @pytest.mark.parametrize("launcher, loader, ranks",
-                         covering(DDP_CELLS, lambda cell: [("launcher", cell[0]), ("loader", cell[1]),
-                                                           ("ranks", cell[2])]),
+                         [pytest.param(*cell, marks=() if cell in DDP_CI else pytest.mark.full) for cell in DDP_CELLS],
                          indirect=["launcher"])
 def test_ddp_cell_runs_on_every_rank(launcher, loader, ranks, tmp_path, tiny_dataset):
     cell = Cell(framework="ddp", loader=loader, model="resnet50", ranks=ranks)
@@ -100,7 +101,7 @@ def ci_and_full(cells: list[tuple]) -> list:
     TensorFlow traces in a third of ResNet50's time (a TensorFlow cell took 60-100 s at two ranks
     here), and each other runtime's ResNet50 once, on its first framework's synthetic cell (torch's
     is DDP's, above)."""
-    ci = {param.values for param in covering(cells, framework_cell_parts) if not param.marks}
+    ci = covering(cells, framework_cell_parts)
     model_cells = {next(cell for cell in cells if FRAMEWORKS.entry(cell[0]).runtime == runtime
                         and cell[1:3] == ("srun", "synthetic") and cell[3] == 2)
                    for runtime in {FRAMEWORKS.entry(cell[0]).runtime for cell in cells} - {"torch"}}
