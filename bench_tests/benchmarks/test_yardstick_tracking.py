@@ -2,7 +2,8 @@
 shared node creates: quiet, two busy neighbours (both cores taken by spinning processes), a
 memory-streaming neighbour, and torch given 2 threads instead of 1. The yardstick may normalise a
 throughput only as far as it moves with torch: the last column is what normalising leaves
-(torch's slowdown over the yardstick's; 1.00 means it tracks exactly).
+(torch's slowdown over the yardstick's; 1.00 means it tracks exactly). It fails where competition
+leaves more than 12% after normalising, or where the yardstick moves with torch's thread count.
 
     DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_yardstick_tracking.py -s
 
@@ -35,6 +36,10 @@ CONDITIONS = {
     "memory-streaming neighbour": (1, [STREAM]),
     "quiet, 2 threads": (2, []),
 }
+COMPETITION = ("two busy neighbours", "one busy neighbour", "memory-streaming neighbour")
+TRACKS_WITHIN = 0.12
+"""How far normalising may leave torch's slowdown under competition (the README's "about 8%", with
+room for the medians' own noise over 3 rounds)."""
 
 
 @pytest.fixture(autouse=True)
@@ -67,18 +72,24 @@ def test_how_far_the_yardstick_moves_with_torch(request):
     quiet = medians["quiet, 1 thread"]
     lines = ["| condition | torch step | torch slower by | yardstick | yardstick slower by | left after normalising |",
              "|---|---|---|---|---|---|"]
+    left = {}
     for name, median in medians.items():
         torch_ratio = median["step_s"] / quiet["step_s"]
         yard_ratio = median["yardstick_s"] / quiet["yardstick_s"]
+        left[name] = torch_ratio / yard_ratio
         lines.append(f"| {name} | {median['step_s'] * 1e3:.0f} ms | {torch_ratio - 1:+.0%} | "
-                     f"{median['yardstick_s'] * 1e3:.0f} ms | {yard_ratio - 1:+.0%} | {torch_ratio / yard_ratio:.2f} |")
+                     f"{median['yardstick_s'] * 1e3:.0f} ms | {yard_ratio - 1:+.0%} | {left[name]:.2f} |")
     table = "\n".join(lines)
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled():
         print(f"\n{table}\n(medians of {ROUNDS} interleaved rounds; spread of torch's step over rounds: "
               + ", ".join(f"{name} {_spread(samples[name]):.0%}" for name in CONDITIONS) + ")", flush=True)
     request.node.user_properties.append(("yardstick_tracking", table))
-    assert all(m["step_s"] > 0 and m["yardstick_s"] > 0 for m in medians.values())
+    untracked = {name: round(left[name], 2) for name in COMPETITION if abs(left[name] - 1) > TRACKS_WITHIN}
+    assert not untracked, f"the yardstick does not move with torch under competition here:\n{table}"
+    # torch's threads are part of the workload because the yardstick cannot see them: if it could,
+    # --cores-per-rank would not need to be in the fingerprint
+    assert left["quiet, 2 threads"] < 1 - TRACKS_WITHIN, table
 
 
 def _spread(runs: list[dict]) -> float:

@@ -26,10 +26,10 @@ from harness.launch.runner import RunLimits, run_cell
 from harness.rank.faults import Fault
 from harness.rank.spec import RankOptions
 
-from ..workloads import TINY
+from ..workloads import TEST_MODEL, TINY
 
 IFNAME = "dls0"
-CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=2)
+CELL = Cell(framework="ddp", loader="synthetic", model=TEST_MODEL, ranks=2)
 LAUNCHERS = {
     "srun": lambda: SrunLauncher(environment={"GLOO_SOCKET_IFNAME": IFNAME}),
     # Open MPI's daemons and ranks talk over the hosts' link only (the loopback is per host).

@@ -19,12 +19,16 @@ from pathlib import Path
 
 import pytest
 
+from harness.common.interrupts import FIRST_NOTICE
+
+from .node_drill import CELL
 from .test_drills import Sampler, last_progress, report
 from .test_two_hosts import NETNS, hosts, two_node_slurm  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.launch
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = b"DLSCALE_RUN_TOKEN="
+FIRST_NOTICE_START = FIRST_NOTICE.split("(")[0]
 
 
 class NodeWatch(Sampler):
@@ -115,7 +119,7 @@ def test_torchrun_agents_started_by_srun_train_one_cell_across_both_nodes(hosts,
     assert {source for _, _, source in outcome["ranks"]} == {"torchrun"}
 
 
-DRILLS = {"killed": ["--fault", "exit"], "hung": ["--fault", "hang", "--heartbeat", "30"],
+DRILLS = {"killed": ["--fault", "exit"], "hung": ["--fault", "hang", "--heartbeat", "20"],
           # Ctrl-C pressed at a job whose rank on host 1 is stuck (what users press it for): deaf to
           # SIGTERM, it outlives a launcher that is killed, so only a SIGKILL on host 1 can end it.
           "ctrl-c": ["--fault", "stuck", "--heartbeat", "300"], "ctrl-c-twice": ["--fault", "stuck", "--heartbeat", "300"]}
@@ -139,14 +143,14 @@ def test_a_failed_or_interrupted_cell_leaves_nothing_on_either_node(hosts, two_n
     result, cells = tmp_path / "result.json", tmp_path / "cells"
     command, env = _drill(hosts, two_node_slurm, launcher_name, cells, result, *DRILLS[drill])
     log_path = tmp_path / "drill.log"
-    outdir = cells / "ddp-synthetic-resnet50-g2"
+    outdir = cells / CELL.id
     with NodeWatch(namespaces) as watch, open(log_path, "wb") as log:
         driver = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                                   start_new_session=True)
         try:
             pressed = None
             if drill.startswith("ctrl-c"):
-                pressed = _press_when_both_ranks_train(driver, outdir, result, twice=drill == "ctrl-c-twice")
+                pressed = _press_when_both_ranks_train(driver, outdir, result, log_path, twice=drill == "ctrl-c-twice")
             driver.wait(timeout=300)
         finally:
             if driver.poll() is None:
@@ -164,6 +168,9 @@ def test_a_failed_or_interrupted_cell_leaves_nothing_on_either_node(hosts, two_n
     expected = {"killed": "failed", "hung": "hung", "ctrl-c": "interrupted", "ctrl-c-twice": "interrupted"}[drill]
     assert outcome["status"] == expected, (outcome, output[-3000:])
     assert "Traceback" not in output, output[-3000:]
+    presses = {"ctrl-c": 1, "ctrl-c-twice": 2}.get(drill, 0)
+    assert outcome["presses"] == presses, f"the runner counted {outcome['presses']} presses of {presses} sent"
+    assert ("dlscale: hurrying" in output) == (presses == 2), output[-3000:]  # the second hurried the clean-up
     if drill == "killed":
         struck = workers[0]["last"]
     elif drill == "hung":
@@ -183,9 +190,11 @@ def test_a_failed_or_interrupted_cell_leaves_nothing_on_either_node(hosts, two_n
     assert left == {node: [] for node in nodes}, "processes outlived the runner's clean-up"
 
 
-def _press_when_both_ranks_train(driver: subprocess.Popen, outdir: Path, result: Path, *, twice: bool) -> float:
+def _press_when_both_ranks_train(driver: subprocess.Popen, outdir: Path, result: Path, log_path: Path, *,
+                                 twice: bool) -> float:
     """Ctrl-C (SIGINT) to the runner on host 0 once both ranks are in their timed steps and the rank
-    on host 1 is stuck; the second press, if any, while the runner is ending the cell gracefully."""
+    on host 1 is stuck; the second press, if any, while the runner is ending the cell gracefully (it
+has printed its first notice)."""
     deadline = time.monotonic() + 240
     while True:
         assert driver.poll() is None, "the drill ended before both ranks trained"
@@ -205,12 +214,21 @@ def _press_when_both_ranks_train(driver: subprocess.Popen, outdir: Path, result:
     pressed = time.time()
     os.kill(pid, signal.SIGINT)
     if twice:
-        time.sleep(0.5)
+        # as soon as the runner says it is ending the cell: srun's and torchrun's graceful end can
+        # take under half a second, and a press after it would find the runner gone
+        _wait_until_in(log_path, FIRST_NOTICE_START, timeout_s=10)
         try:
             os.kill(pid, signal.SIGINT)
         except ProcessLookupError:
-            pass  # the runner was already done
+            pytest.fail("the runner was done before the second press could be sent")
     return pressed
+
+
+def _wait_until_in(path: Path, text: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, f"{text!r} did not appear in {path.name} in {timeout_s:g} s"
+        time.sleep(0.01)
 
 
 def test_each_hosts_sweep_sees_only_its_own_processes(hosts):

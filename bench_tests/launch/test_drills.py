@@ -31,12 +31,12 @@ from harness.rank.spec import RankOptions
 from harness.store.history import read as read_history
 
 from ..components import framework_component, needs
-from ..workloads import SCALING_TEST, TINY
+from ..workloads import SCALING_TEST, TEST_MODEL, TINY
 from .test_two_hosts import SUBNET, TwoHostTorchrun, hosts  # noqa: F401 - hosts is a fixture
 
 pytestmark = pytest.mark.launch
 REPO = Path(__file__).resolve().parents[2]
-CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=2)
+CELL = Cell(framework="ddp", loader="synthetic", model=TEST_MODEL, ranks=2)
 
 
 def report(request, drill: str, launcher: str, **timings: float | str) -> None:
@@ -145,7 +145,7 @@ def last_progress(outdir: Path) -> float:
 @pytest.mark.parametrize("fault", ["exit", "hang"])
 def test_time_to_detect_and_clean_up_a_failed_rank(launcher, fault, tmp_path, monkeypatch, request):
     # The heartbeat also covers start-up (imports, model, rendezvous) on this shared 2-core machine.
-    heartbeat = 30.0 if fault == "hang" else 120.0
+    heartbeat = 20.0 if fault == "hang" else 120.0
     fault_spec = Fault(rank=0 if fault == "exit" else 1, kind=fault, at_step=2)
     for _ in range(3):
         with Watch(tmp_path / CELL.id / "spec.json", monkeypatch) as watch:
@@ -171,6 +171,10 @@ def test_time_to_detect_and_clean_up_a_failed_rank(launcher, fault, tmp_path, mo
         assert watch.decided - struck < 15, "a killed rank took too long to notice"
     else:
         assert heartbeat - 1.5 < watch.decided - struck < heartbeat + 5, "a hang was stopped at the wrong time"
+        # where each rank stood, from its own dump: the hung one in the fault, its peer waiting for it
+        silent = f"reported no progress for {heartbeat / 2:g} s"
+        assert "in strike" in stood_at(run.error, "rank1", silent), run.error
+        assert "in strike" not in stood_at(run.error, "rank0", silent), run.error
     assert gone <= returned + 0.2 and returned - watch.decided < 20
 
 
@@ -216,6 +220,14 @@ def test_a_killed_parameter_server_fails_the_cell_names_it_and_leaves_nothing(la
     assert watch.decided - struck < heartbeat, "a dead server was noticed only by the heartbeat"
 
 
+def stood_at(error: str, label: str, said: str) -> str:
+    """The frames the runner's error shows for ``label`` under a heading saying ``said``."""
+    blocks = re.split(r"\n(?=\S)", error)
+    found = [block for block in blocks if block.startswith(f"{label} {said}")]
+    assert found, f"no '{label} {said}' in:\n{error}"
+    return found[0]
+
+
 def queued_too_long(run) -> bool:
     """Other users' jobs share this one-node cluster: a cell that waited in the queue past the
     heartbeat counts as hung before any rank started. That is not the drill: run it again."""
@@ -245,14 +257,16 @@ def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, re
     results, baselines, history = tmp_path / "r.json", tmp_path / "baselines", tmp_path / "history"
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling",
                "--system", "drillsys", "--baselines-dir", str(baselines), "--launcher", "torchrun",
-               "--frameworks", "ddp", "--loaders", "synthetic", "--gpus", "1,2", "--results-json", str(results),
+               "--frameworks", "ddp", "--loaders", "synthetic", "--models", TEST_MODEL, "--gpus", "1,2",
+               "--results-json", str(results),
                "--history-dir", str(history),
                "--update-baselines", "--widest-baseline", "inf", "--measure-budget", "0",
-               "--image-size", str(TINY.image_size), "--batch-size", str(TINY.batch_size), "--steps", "30",
+               "--image-size", str(TINY.image_size), "--batch-size", str(TINY.batch_size), "--steps", "60",
                "--warmup-steps", str(TINY.warmup_steps), "--num-workers", str(TINY.num_workers)]
     env = dict(os.environ, DLSCALE_DRILL_MARK=mark,
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    second = tmp_path / "results" / "latest" / "cells" / "ddp-synthetic-resnet50-g2"
+    first, second_id = (f"ddp-synthetic-{TEST_MODEL}-g{ranks}" for ranks in (1, 2))
+    second = tmp_path / "results" / "latest" / "cells" / second_id
     with open(tmp_path / "pytest.log", "wb") as log:
         # Its own session, like a terminal's foreground job: Ctrl-C goes to the whole process group.
         suite = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -264,36 +278,49 @@ def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, re
             assert time.monotonic() < deadline, "the first cell did not finish in 300 s"
             time.sleep(0.2)
         delays = [0.0] if second_press_after is None else [0.0, second_press_after]
-        interrupted, exited = _press_ctrl_c(suite, delays)
+        interrupted, exited, sent = _press_ctrl_c(suite, delays)
     finally:
         if suite.poll() is None:
             os.killpg(suite.pid, signal.SIGKILL)
     gone = _wait_until_none(mark.encode(), timeout_s=30)
     log = (tmp_path / "pytest.log").read_text()
     drill = "Ctrl-C mid-suite" + ("" if second_press_after is None else f" (twice, +{second_press_after:g} s)")
+    landed = _where_it_landed(log, sent)
     report(request, drill, "torchrun", interrupt_to_pytest_exit=exited - interrupted,
-           interrupt_to_all_gone=max(gone, exited) - interrupted,
-           second_press=_where_it_landed(log) if second_press_after is not None else "-")
+           interrupt_to_all_gone=max(gone, exited) - interrupted, second_press=landed)
+    if second_press_after is None:
+        assert sent == 1 and landed == "none", log[-3000:]
+    elif second_press_after == 0:  # Python runs a signal's handler once for presses it had no time between
+        assert sent == 2 and landed in ("before-the-summary", "counted-once"), (landed, log[-3000:])
+    elif second_press_after <= 0.5:  # the premise: the session is still ending the cell by then
+        assert sent == 2 and landed == "before-the-summary", (landed, log[-3000:])
+    else:  # wherever it fell, the log shows it: noticed, or sent once the session stopped counting
+        assert landed != "lost", log[-3000:]
 
     assert pids_with(mark.encode()) == [], "worker processes outlived the interrupted suite"
     assert suite.returncode == pytest.ExitCode.INTERRUPTED, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
     assert "dlscale: interrupted (SIGINT): ending the running cell" in log, log[-3000:]
-    assert "kept 1 finished cell(s) (ddp-synthetic-resnet50-g1)" in log, log[-3000:]
+    assert f"kept 1 finished cell(s) ({first})" in log, log[-3000:]
     kept = json.loads(results.read_text())
-    assert [cell["cell"] for cell in kept["cells"]] == ["ddp-synthetic-resnet50-g1"]
+    assert [cell["cell"] for cell in kept["cells"]] == [first]
     assert kept["cells"][0]["status"] == "ok" and len(kept["cells"][0]["records"]) == 1
-    assert set(json.loads((baselines / "drillsys.json").read_text())["cells"]) == {"ddp-synthetic-resnet50-g1"}
+    assert set(json.loads((baselines / "drillsys.json").read_text())["cells"]) == {first}
     rows, problems = read_history(history / "drillsys.jsonl")  # appended line by line: none torn
-    assert problems == [] and [row["cell"] for row in rows] == ["ddp-synthetic-resnet50-g1"]
+    assert problems == [] and [row["cell"] for row in rows] == [first]
     assert [path for path in tmp_path.rglob("*.tmp")] == [], "a half-written file was left"
 
 
-def _where_it_landed(log: str) -> str:
-    """Where the second press fell, from where its notice sits in the session's output."""
+def _where_it_landed(log: str, sent: int) -> str:
+    """Where the second press fell, from where its notice sits in the session's output: ``none``
+    (not sent: the session had exited), ``counted-once`` (sent, but the session's last line counts
+    one press: CPython ran the handler once for two presses close together, or the press came after
+    the session stopped counting), or ``lost`` (sent, neither noticed nor counted)."""
     hurry = log.find("dlscale: hurrying")
     if hurry < 0:
-        return "after-the-exit-or-with-the-first"
+        if sent < 2:
+            return "none"
+        return "counted-once" if re.search(r"interrupted by SIG\w+ \(1 press\)", log) else "lost"
     summary = log.find("dlscale summary")
     return "before-the-summary" if summary < 0 or hurry < summary else "in-the-summary"
 
@@ -328,7 +355,7 @@ def test_a_second_ctrl_c_does_not_cut_the_clean_up_short(tmp_path, request):
     try:
         assert script.stdout.readline() == b"started\n"
         _wait_until(lambda: len(pids_with(mark.encode())) >= 3, timeout_s=30)  # python, bash, sleep
-        interrupted, exited = _press_ctrl_c(script, [0.0, 1.0])
+        interrupted, exited, sent = _press_ctrl_c(script, [0.0, 1.0])
     finally:
         if script.poll() is None:
             os.killpg(script.pid, signal.SIGKILL)
@@ -337,6 +364,7 @@ def test_a_second_ctrl_c_does_not_cut_the_clean_up_short(tmp_path, request):
         os.kill(pid, signal.SIGKILL)
     report(request, "Ctrl-C twice, stubborn job", "(bash)", interrupt_to_exit=exited - interrupted,
            left_behind=len(left))
+    assert sent == 2, "the runner was gone before the second press: the drill did not happen"
     assert left == [], "processes of the cell outlived the interrupted runner"
 
 
@@ -347,18 +375,20 @@ def _takes_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _press_ctrl_c(process: subprocess.Popen, delays: list[float]) -> tuple[float, float]:
+def _press_ctrl_c(process: subprocess.Popen, delays: list[float]) -> tuple[float, float, int]:
     """Ctrl-C to ``process``'s session at each of ``delays`` seconds after the first press, unless
-    it has exited by then; when the first was sent and when it exited."""
+    it has exited by then; when the first was sent, when it exited, and how many were sent."""
     interrupted = time.time()
+    sent = 0
     for delay in delays:
         try:
             process.wait(timeout=max(0.0, interrupted + delay - time.time()))
             break
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGINT)
+            sent += 1
     process.wait(timeout=120)
-    return interrupted, time.time()
+    return interrupted, time.time(), sent
 
 
 def _wait_until(condition, timeout_s: float) -> None:

@@ -11,10 +11,10 @@ from harness.launch.runner import RunLimits, run_cell
 from harness.rank.faults import Fault
 from harness.rank.spec import RankOptions
 
-from ..workloads import TINY
+from ..workloads import TEST_MODEL, TINY
 
 pytestmark = pytest.mark.launch
-CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=2)
+CELL = Cell(framework="ddp", loader="synthetic", model=TEST_MODEL, ranks=2)
 
 
 @pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"], indirect=True)

@@ -13,6 +13,7 @@ from harness.launch.runner import run_cell
 from harness.rank.frameworks import FRAMEWORKS, has_servers, training_ranks
 from harness.rank.loaders import LOADERS
 from harness.rank.runtime import unavailable
+from harness.rank.spec import RankOptions
 
 from ..components import framework_component, needs
 from ..workloads import TINY
@@ -47,11 +48,17 @@ DDP_CI = covering(DDP_CELLS, lambda cell: [("launcher", cell[0]), ("loader", cel
                          [pytest.param(*cell, marks=() if cell in DDP_CI else pytest.mark.full) for cell in DDP_CELLS],
                          indirect=["launcher"])
 def test_ddp_cell_runs_on_every_rank(launcher, loader, ranks, tmp_path, tiny_dataset):
+    """Each rank bound to a core of its own, as the suite binds them (--cores-per-rank 1; the
+    launcher's own binding, then the rank's)."""
     cell = Cell(framework="ddp", loader=loader, model="resnet50", ranks=ranks)
-    run = run_cell(cell, TINY.replace(data_dir=str(tiny_dataset)), launcher, workdir=tmp_path)
+    run = run_cell(cell, TINY.replace(data_dir=str(tiny_dataset)), launcher, workdir=tmp_path,
+                   options=RankOptions(cores_per_rank=1))
     assert run.ok, run.error
     assert sorted(r["rank"] for r in run.records) == list(range(ranks))
     assert len({r["pid"] for r in run.records}) == ranks  # a real process per rank
+    cores = [tuple(record["cores"]) for record in run.records]
+    assert all(len(own) == 1 for own in cores) and len(set(cores)) == ranks, cores  # disjoint, one each
+    assert {record["threads"] for record in run.records} == {1}
     for record in run.records:
         assert record["source"] == SOURCES[launcher.name]
         assert record["world_size"] == ranks

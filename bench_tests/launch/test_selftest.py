@@ -1,22 +1,22 @@
 """The self-test's acceptance, through the suite's own code path in the configuration ``ci/suite``
 runs (the default launcher, workload, cores per rank, precision and measuring budget): 10
-unchanged reruns of ddp-synthetic-resnet50-g1 never fail, a real compute regression (torch's
-ATen kernels without vector instructions: -17% to -22% in this cell here) is caught in at least 9
-of 10, as is a 15% sleep inside every step, and 3 unchanged reruns while another job competes for
-the cores never fail. The baseline is 10 measurements, as ``--update-baselines --repeat 10`` records it
-(with 5, the band's t-factor of 4.6 would make it as wide as the regressions).
-About 35 minutes on a 2-core machine, so it runs only when asked for:
+unchanged reruns of ddp-synthetic-resnet50-g1 never fail and at least 8 pass, a real compute
+regression (torch's ATen kernels without vector instructions: -17% to -22% in this cell here) is
+caught in at least 9 of 10, as is a 15% sleep inside every step, and 3 unchanged reruns while
+another job competes for the cores never fail. The baseline is 10 measurements, as
+``--update-baselines --repeat 10`` records it (with 5, the band's t-factor of 4.6 would make it as
+wide as the regressions). About 35 minutes on a 2-core machine, so it runs only when asked for:
 ``pytest -m selftest bench_tests/launch/test_selftest.py -s``. A five-measurement run of the same
-machinery on a tiny cell, with no claim on power, runs with the other launch tests."""
+machinery on a tiny cell, with no claim on power, runs with the other launch tests (with ResNet50:
+ResNet44's ten steps end before a neighbour's three-second burst does)."""
 import pytest
 
 from harness.machine.node import cpu_identity
-from harness.tasks.selftest import UNCHANGED, SelftestConfig, format_report, parse_regression, run_selftest
+from harness.tasks.selftest import SelftestConfig, format_report, parse_regression, run_selftest
 
 from ..workloads import TINY
 
 pytestmark = pytest.mark.launch
-RELIABLE_OF_10 = 9
 
 
 @pytest.mark.selftest  # opt-in: pytest -m selftest
@@ -27,11 +27,7 @@ def test_unchanged_reruns_never_fail_and_real_regressions_are_caught(tmp_path):
     report = run_selftest(config, on_progress=lambda line: print(f"  [selftest] {line}", flush=True))  # with -s
     text = format_report(report)
     print(text)
-    assert report.row(UNCHANGED).counts["fail"] == 0, f"false alarms:\n{text}"
-    assert report.row(UNCHANGED, neighbour=True).counts["fail"] == 0, \
-        f"false alarms while a neighbour's job competed for the cores:\n{text}"
-    for regression in regressions:
-        assert report.row(regression).counts["fail"] >= RELIABLE_OF_10, f"{regression.name} missed:\n{text}"
+    assert report.shortfalls() == [], text
 
 
 def test_the_self_test_runs_end_to_end_in_small(tmp_path):

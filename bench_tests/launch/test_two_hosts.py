@@ -18,13 +18,13 @@ from harness.launch.procs import processes_with_token
 from harness.launch.runner import RunLimits, run_cell
 
 from ..components import needs
-from ..workloads import TINY
+from ..workloads import TEST_MODEL, TINY
 
 pytestmark = pytest.mark.launch
 NETNS = Path(__file__).resolve().parents[2] / "ci" / "netns.sh"
 NETNS_SLURM = NETNS.with_name("netns-slurm.sh")
 SUBNET, IFNAME = "10.231.0", "dls0"
-CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=2)
+CELL = Cell(framework="ddp", loader="synthetic", model=TEST_MODEL, ranks=2)
 
 
 def netns_unavailable() -> str | None:

@@ -108,6 +108,15 @@ CASES = {
     "repeat-0": ({}, ["--repeat", "0"], ["--repeat must be at least 1, got 0"]),
     "steps-0": ({}, ["--steps", "0"], ["--steps must be at least 1, got 0"]),
     "precision-negative": ({}, ["--precision", "-0.02"], ["--precision must be greater than 0, got -0.02"]),
+    "batch-size-0": ({}, ["--batch-size", "0"], ["--batch-size must be at least 1, got 0"]),
+    "cores-per-rank-beyond-the-node": ({}, ["--cores-per-rank", "4096"],
+                                       ["--cores-per-rank 4096: the largest cell puts 1 rank(s) on a node of"]),
+    "ps-servers-0": ({}, ["--frameworks", "mxnet_ps_sync", "--ps-servers", "0"], ["--ps-servers must be at least 1, got 0"]),
+    "ps-servers-as-many-as-the-ranks": ({}, ["--frameworks", "torch_ps_sync", "--gpus", "2", "--ps-servers", "2"],
+                                        ["--ps-servers 2: the parameter-server cells have 2 rank(s), which leaves no "
+                                         "worker beside 2 server(s)"]),
+    "system-with-a-path-separator": ({}, ["--system", "site/partition"],
+                                     ["--system 'site/partition' is not usable as a file name"]),
 }
 
 
@@ -138,9 +147,10 @@ def processes_with(mark: str) -> list[int]:
     return found
 
 
-def run_suite(root: Path, flags: list[str], mark: str) -> subprocess.CompletedProcess:
-    """The suite as a user runs it; every process it starts carries ``mark`` in its environment."""
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
+def run_suite(root: Path, flags: list[str], mark: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """The suite as a user runs it (after ``prefix``); every process it starts carries ``mark`` in
+    its environment."""
+    command = [*prefix, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
                "--system", SYSTEM, f"--baselines-dir={root / 'baselines'}", f"--history-dir={root / 'history'}",
                "--launcher", "torchrun", "--frameworks", "ddp", "--loaders", "synthetic", "--gpus", "1",
                *TINY_FLAGS, *flags]
@@ -166,6 +176,29 @@ def test_bad_input_is_one_line_naming_it_and_nothing_runs_or_changes(tmp_path, f
     assert "[dlscale]" not in output, "a cell was launched"
     assert snapshot(tmp_path) == before, "a file was written, changed or removed (a cell's directory?)"
     assert processes_with(mark) == []
+
+
+def test_a_baselines_directory_it_cannot_write_is_refused_before_any_cell(tmp_path):
+    """--update-baselines into a directory the session cannot write: refused at the start, not after
+    every cell has run. Root writes through any mode bits, so there a read-only mount stands for it."""
+    session_directory(tmp_path, GOOD)
+    baselines = tmp_path / "baselines"
+    prefix: tuple[str, ...] = ()
+    if os.geteuid() == 0:
+        prefix = ("unshare", "--mount", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"',
+                  str(baselines))
+    else:
+        baselines.chmod(0o555)
+    before = snapshot(tmp_path)
+    mark = uuid.uuid4().hex
+    try:
+        result = run_suite(tmp_path, ["--update-baselines"], mark, prefix)
+    finally:
+        baselines.chmod(0o755)
+    output = result.stdout + result.stderr
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, output[-3000:]
+    assert result.stderr.strip() == f"ERROR: --baselines-dir: cannot write {baselines}: {baselines} is not writable", output[-3000:]
+    assert "[dlscale]" not in output and snapshot(tmp_path) == before and processes_with(mark) == []
 
 
 @pytest.mark.launch

@@ -13,7 +13,7 @@ import pytest
 from harness.store.history import read as read_history
 
 from ..workloads import SCALING_TEST
-from .test_suite_flow import TINY_FLAGS
+from .test_suite_flow import G1, G2, TINY_FLAGS
 
 pytestmark = pytest.mark.launch
 REPO = Path(__file__).resolve().parents[2]
@@ -34,14 +34,14 @@ def test_two_sessions_updating_one_systems_baselines_keep_both_cells(tmp_path):
     for session, output in zip(sessions, outputs):
         assert session.returncode == 0, output[-3000:]
 
-    cells = {"ddp-synthetic-resnet50-g1", "ddp-synthetic-resnet50-g2"}
+    cells = {G1, G2}
     assert set(json.loads((tmp_path / "baselines" / "shared.json").read_text())["cells"]) == cells
     rows, problems = read_history(tmp_path / "history" / "shared.jsonl")
     assert problems == [] and {row["cell"] for row in rows} == cells and len(rows) == 2
     session_dirs = sorted(path for path in (tmp_path / "results").iterdir() if not path.is_symlink())
     assert len(session_dirs) == 2, "each session writes into a directory of its own"
     assert sorted(sorted(path.name for path in (d / "cells").iterdir()) for d in session_dirs) == \
-        [["ddp-synthetic-resnet50-g1"], ["ddp-synthetic-resnet50-g2"]]
+        [[G1], [G2]]
     assert all(len(json.loads((d / "results.json").read_text())["cells"]) == 1 for d in session_dirs)
     assert (tmp_path / "results" / "latest").resolve() in session_dirs
     assert list(tmp_path.rglob("*.tmp")) == []

@@ -4,13 +4,17 @@ import shutil
 
 import pytest
 
-from ..workloads import SCALING_TEST, TINY
+from harness.launch.launchers import LAUNCHERS
+
+from ..components import needs
+from ..workloads import SCALING_TEST, TEST_MODEL, TINY
 from ..workloads import TINY_FLAGS as BASE_FLAGS
 
 pytestmark = pytest.mark.launch
 # Five steps make no precise baseline, and these tests are about the flow: one launch a cell (a
 # cell measured again until precise is test_an_imprecise_cell_is_launched_again_and_its_launches_pooled).
-TINY_FLAGS = [*BASE_FLAGS, "--widest-baseline", "inf", "--measure-budget", "0"]
+TINY_FLAGS = [*BASE_FLAGS, "--models", TEST_MODEL, "--widest-baseline", "inf", "--measure-budget", "0"]
+G1, G2 = (f"ddp-synthetic-{TEST_MODEL}-g{ranks}" for ranks in (1, 2))
 
 
 @pytest.fixture
@@ -18,10 +22,10 @@ def suite(pytester):
     shutil.copy(SCALING_TEST, pytester.path / "test_scaling.py")
     baselines = pytester.path / "baselines"
 
-    def run(*args):
+    def run(*args, launcher="torchrun"):
         return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "scaling",
                                              "--system", "testsys", "--baselines-dir", str(baselines),
-                                             "--launcher", "torchrun", "--frameworks", "ddp", "--no-history",
+                                             "--launcher", launcher, "--frameworks", "ddp", "--no-history",
                                              *TINY_FLAGS, *args)
 
     run.baseline_file = baselines / "testsys.json"
@@ -32,12 +36,12 @@ def test_record_then_pass_against_the_new_baselines(suite, pytester):
     first = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines", "--results-json", "r.json",
                   "--launch-env", "DLSCALE_SITE_CHECK=ib0")
     first.assert_outcomes(passed=2)
-    first.stdout.fnmatch_lines(["*dlscale summary*", "*ddp-synthetic-resnet50-g1*torchrun*1.000*no-baseline*",
-                                "*ddp-synthetic-resnet50-g2*torchrun*no-baseline*",
+    first.stdout.fnmatch_lines(["*dlscale summary*", f"*{G1}*torchrun*1.000*no-baseline*",
+                                f"*{G2}*torchrun*no-baseline*",
                                 "*updated*testsys.json (3 change(s))*"])
     saved = json.loads(suite.baseline_file.read_text())
-    assert set(saved["cells"]) == {"ddp-synthetic-resnet50-g1", "ddp-synthetic-resnet50-g2"}
-    assert saved["cells"]["ddp-synthetic-resnet50-g2"]["provenance"]["launcher"] == "torchrun"
+    assert set(saved["cells"]) == {G1, G2}
+    assert saved["cells"][G2]["provenance"]["launcher"] == "torchrun"
     assert all(entry["yardstick"]["seconds"] > 0 for entry in saved["cells"].values())  # CPU cells carry one
     assert all(0 <= entry["cpu_wait_share"] < 1 for entry in saved["cells"].values())
     results = json.loads((pytester.path / "r.json").read_text())
@@ -55,9 +59,29 @@ def test_record_then_pass_against_the_new_baselines(suite, pytester):
     suite.baseline_file.write_text(json.dumps(saved))
     second = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines", "--no-yardstick")
     second.assert_outcomes(passed=2)
-    second.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1*pass*", "*ddp-synthetic-resnet50-g2*pass*", "2 pass"])
-    again = json.loads(suite.baseline_file.read_text())["cells"]["ddp-synthetic-resnet50-g2"]["throughput"]
+    second.stdout.fnmatch_lines([f"*{G1}*pass*", f"*{G2}*pass*", "2 pass"])
+    again = json.loads(suite.baseline_file.read_text())["cells"][G2]["throughput"]
     assert (again["lower"], again["upper"]) == (-0.9, None)
+
+
+def test_an_accuracy_cell_reaches_the_results_file_the_history_and_the_baselines(pytester):
+    """-m accuracy as a user runs it, one cell: its final accuracy and verdict in results.json, in a
+    history line and in the baseline it records. (How an accuracy is judged against its baseline:
+    bench_tests/unit/judging.)"""
+    shutil.copy(SCALING_TEST.with_name("test_accuracy.py"), pytester.path / "test_accuracy.py")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "accuracy", "-k", "step", "--system",
+                                           "testsys", "--launcher", "torchrun", "--frameworks", "ddp", "--gpus", "1",
+                                           "--results-json", "r.json", "--update-baselines")
+    result.assert_outcomes(passed=1)
+    cell, = json.loads((pytester.path / "r.json").read_text())["accuracy_cells"]
+    assert cell["cell"] == "accuracy-ddp-step-b32-g1" and cell["status"] == "ok" and cell["verdict"] == "no-baseline"
+    assert 0.5 < cell["final_val_accuracy"] <= 1
+    assert len(cell["outcome"]["val_accuracy_per_epoch"]) == cell["outcome"]["epochs"]
+    baseline = json.loads((pytester.path / "baselines" / "testsys.json").read_text())["cells"][cell["cell"]]
+    assert baseline["accuracy"]["value"] == pytest.approx(cell["final_val_accuracy"], abs=1e-4)
+    row, = [json.loads(line) for line in (pytester.path / "history" / "testsys.jsonl").read_text().splitlines()]
+    assert (row["cell"], row["verdict"], row["final_val_accuracy"]) == (cell["cell"], "no-baseline",
+                                                                       cell["final_val_accuracy"])
 
 
 def test_an_imprecise_cell_is_launched_again_and_its_launches_pooled(suite, pytester):
@@ -81,12 +105,12 @@ def test_a_measurement_too_uncertain_for_a_baseline_keeps_the_old_one(suite):
     """Every real interval is wider than +-0.01%, so this asks for a precision no launch has."""
     suite.baseline_file.parent.mkdir()
     old = {"schema_version": 1, "cells": {
-        "ddp-synthetic-resnet50-g1": {"throughput": {"value": 10.0, "lower": -0.9, "upper": None, "unit": "img/s"}}}}
+        G1: {"throughput": {"value": 10.0, "lower": -0.9, "upper": None, "unit": "img/s"}}}}
     suite.baseline_file.write_text(json.dumps(old))
     result = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines", "--widest-baseline", "0.0001")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*not recorded, old baseline kept (1 cell(s)):*",
-                                 "*ddp-synthetic-resnet50-g1: throughput * +-* is too uncertain for a baseline "
+                                 f"*{G1}: throughput * +-* is too uncertain for a baseline "
                                  "(widest +-0.0%)*measure it again on a quiet node*"])
     assert json.loads(suite.baseline_file.read_text()) == old
 
@@ -94,54 +118,58 @@ def test_a_measurement_too_uncertain_for_a_baseline_keeps_the_old_one(suite):
 def test_a_throughput_far_below_the_baseline_fails_the_cell(suite):
     suite.baseline_file.parent.mkdir()
     suite.baseline_file.write_text(json.dumps({"schema_version": 1, "cells": {
-        "ddp-synthetic-resnet50-g1": {"throughput": {"value": 1e6, "lower": -0.1, "upper": 0.1, "unit": "img/s"}}}}))
+        G1: {"throughput": {"value": 1e6, "lower": -0.1, "upper": 0.1, "unit": "img/s"}}}}))
     result = suite("--loaders", "synthetic", "--gpus", "1")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1 regressed: throughput*(band -10.0%)*whole interval below*"])
+    result.stdout.fnmatch_lines([f"*{G1} regressed: throughput*(band -10.0%)*whole interval below*"])
 
 
 def test_a_cell_judged_fail_is_recorded_only_when_the_regression_is_accepted(suite):
+    """Judged, then recorded, through srun (the other flows run torchrun, and mpirun below)."""
+    needs("slurm", LAUNCHERS.create("srun").unavailable_reason())
     suite.baseline_file.parent.mkdir()
     old = {"schema_version": 1, "cells": {
-        "ddp-synthetic-resnet50-g1": {"throughput": {"value": 1e6, "lower": -0.1, "upper": 0.1, "unit": "img/s"}}}}
+        G1: {"throughput": {"value": 1e6, "lower": -0.1, "upper": 0.1, "unit": "img/s"}}}}
     suite.baseline_file.write_text(json.dumps(old))
-    refused = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines")
+    refused = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines", launcher="srun")
     refused.assert_outcomes(failed=1)
     refused.stdout.fnmatch_lines(["*not recorded, old baseline kept (1 cell(s)):*",
-                                  "*ddp-synthetic-resnet50-g1: judged fail against its baseline*"
+                                  f"*{G1}: judged fail against its baseline*"
                                   "--accept-regressions records it anyway*"])
     assert json.loads(suite.baseline_file.read_text()) == old
-    accepted = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines", "--accept-regressions")
+    accepted = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines", "--accept-regressions", launcher="srun")
     accepted.assert_outcomes(passed=1)
-    accepted.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1*fail*"])  # the verdict still says so
-    assert json.loads(suite.baseline_file.read_text())["cells"]["ddp-synthetic-resnet50-g1"]["throughput"]["value"] < 1e6
+    accepted.stdout.fnmatch_lines([f"*{G1}*fail*"])  # the verdict still says so
+    assert json.loads(suite.baseline_file.read_text())["cells"][G1]["throughput"]["value"] < 1e6
 
 
 def test_another_machine_and_a_software_upgrade(suite, pytester):
     """A baseline whose yardstick ran 3x slower is another machine's: not judged, never a
     regression (a failure only with --strict-verdicts). One with another torch is judged, and the
     verdict names the upgrade; that run goes without the yardstick, which on a busy CI machine has
-    measured 1.2x apart and more a minute later (and failed this test by chance)."""
-    recorded = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines")
+    measured 1.2x apart and more a minute later (and failed this test by chance). Recorded, then
+    judged, through mpirun."""
+    needs("mpirun", LAUNCHERS.create("mpirun").unavailable_reason())
+    recorded = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines", launcher="mpirun")
     recorded.assert_outcomes(passed=1)
     saved = json.loads(suite.baseline_file.read_text())
-    entry = saved["cells"]["ddp-synthetic-resnet50-g1"]
+    entry = saved["cells"][G1]
     entry["throughput"].update(lower=-0.9, upper=None)
     entry["yardstick"]["seconds"] *= 3
     suite.baseline_file.write_text(json.dumps(saved))
-    other_machine = suite("--loaders", "synthetic", "--gpus", "1", "--strict-verdicts")
+    other_machine = suite("--loaders", "synthetic", "--gpus", "1", "--strict-verdicts", launcher="mpirun")
     other_machine.assert_outcomes(failed=1)
-    other_machine.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g1 machine-differs (--strict-verdicts)*",
-                                        "*ddp-synthetic-resnet50-g1*machine-differs*",
+    other_machine.stdout.fnmatch_lines([f"*{G1} machine-differs (--strict-verdicts)*",
+                                        f"*{G1}*machine-differs*",
                                         "*: machine-differs: this machine runs the yardstick *x as fast as the "
                                         "baseline's*another machine*"])
     assert "regressed" not in other_machine.stdout.str()
 
     entry["fingerprint"]["stack"]["torch"] = "2.13.1"
     suite.baseline_file.write_text(json.dumps(saved))
-    upgraded = suite("--loaders", "synthetic", "--gpus", "1", "--strict-verdicts", "--no-yardstick")
+    upgraded = suite("--loaders", "synthetic", "--gpus", "1", "--strict-verdicts", "--no-yardstick", launcher="mpirun")
     upgraded.assert_outcomes(passed=1)
-    upgraded.stdout.fnmatch_lines(["ddp-synthetic-resnet50-g1: * with software changed since the baseline: "
+    upgraded.stdout.fnmatch_lines([f"{G1}: * with software changed since the baseline: "
                                    "torch 2.13.1 -> *"])
     judged = json.loads((pytester.path / "results" / "latest" / "results.json").read_text())["cells"][0]
     assert judged["verdict"] in ("pass", "inconclusive", "faster") and judged["machine_speed"] is None
@@ -186,5 +214,5 @@ def test_default_rank_counts_beyond_the_allocation_are_skipped_with_the_reason(s
     monkeypatch.setenv("SLURM_NTASKS", "1")
     result = suite("--loaders", "synthetic", "--device", "cpu", "-k", "g2", "-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*ddp-synthetic-resnet50-g2 needs 2 ranks but the Slurm allocation 4242 "
+    result.stdout.fnmatch_lines([f"*{G2} needs 2 ranks but the Slurm allocation 4242 "
                                  "(1 node(s)) holds 1 task(s)*"])

@@ -22,6 +22,8 @@ from harness.rank.frameworks import FRAMEWORKS, has_servers
 from harness.rank.rankenv import launch_port_block
 from harness.rank.runtime import rank_interpreter
 from harness.rank.spec import RankOptions, WorkerSpec
+from harness.rank.stacks import describe as describe_stacks
+from harness.rank.stacks import where_ranks_stood
 from harness.rank.workload import Workload
 
 StatusLineFn = Callable[[str], None]
@@ -37,6 +39,12 @@ class RunLimits:
     error_grace_s: float = 10.0
     """Time the launcher gets to end the job itself after a rank reported an error."""
     terminate_grace_s: float = 10.0
+
+    @property
+    def silent_dump_s(self) -> float:
+        """A rank silent this long dumps its stacks: half the heartbeat, so every rank of a hung
+        cell has said where it stood before the runner ends it."""
+        return self.heartbeat_s / 2
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -147,7 +155,7 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     outdir.mkdir(parents=True)
     spec = WorkerSpec(cell=dataclasses.asdict(cell), workload=dataclasses.asdict(workload) if workload else None,
                       output_dir=str(outdir.resolve()), launch_environment=tuple(sorted(launcher.environment)),
-                      options=options)
+                      options=options, silent_dump_s=limits.silent_dump_s)
     spec_path = outdir / "spec.json"
     write_json_atomic(spec_path, spec.to_json())
 
@@ -198,6 +206,8 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     if status == "ok" and (errors or silent or cleanup_error or process.returncode != 0):
         status = "failed"
     if status != "ok":
+        if stood := where_ranks_stood(outdir):
+            problems.append(describe_stacks(stood, limits.silent_dump_s))
         problems.append(f"{launcher.name} exited with status {process.returncode}; its last lines:\n{_tail(log_path)}")
     error = "\n".join(problems) or None
     return CellRun(cell=cell, launcher=launcher.name, command=command, status=status, records=records, error=error,

@@ -28,12 +28,15 @@ def detect_system(explicit: str | None, partition: str | None = None, env=os.env
     last two, ``:<partition>`` as ReFrame names them where a partition is known (``--partition``, or
     the allocation's), since a site's partitions (booster, develop) are machines of their own."""
     name = explicit or env.get("DLSCALE_SYSTEM")
+    source = "--system" if explicit else "DLSCALE_SYSTEM" if name else None
     if not name:
         name = slurm_cluster_name(env) or socket.gethostname().split(".")[0]
         if partition := partition or env.get("SLURM_JOB_PARTITION"):
             name = f"{name}:{partition}"
     if not re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", name):
-        raise ValueError(f"system name {name!r} is not usable as a file name; pass --system NAME")
+        named = f"{source} {name!r}" if source else f"the detected system name {name!r}"
+        raise ValueError(f"{named} is not usable as a file name (letters, digits, '_', '.', '-', and one ':' before "
+                         "a partition)" + ("" if source else "; pass --system NAME"))
     return name
 
 

@@ -48,15 +48,18 @@ class WorkerSpec:
     launch_environment: tuple[str, ...] = ()
     """The site's launch settings by name, which each rank reports as it sees them."""
     options: RankOptions = RankOptions()
+    silent_dump_s: float | None = None
+    """Seconds without progress after which a rank dumps its threads' stacks (harness.rank.stacks)."""
 
     def to_json(self) -> dict:
         options = dataclasses.asdict(self.options)
         return {"cell": dict(self.cell), "workload": dict(self.workload) if self.workload is not None else None,
-                "output_dir": self.output_dir, "launch_environment": list(self.launch_environment), **options}
+                "output_dir": self.output_dir, "launch_environment": list(self.launch_environment),
+                "silent_dump_s": self.silent_dump_s, **options}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WorkerSpec:
-        own = {"cell", "workload", "output_dir", "launch_environment"}
+        own = {"cell", "workload", "output_dir", "launch_environment", "silent_dump_s"}
         option_names = {field.name for field in dataclasses.fields(RankOptions)}
         if unknown := set(data) - own - option_names:
             raise ValueError(f"unknown worker spec keys: {', '.join(sorted(unknown))}")
@@ -66,4 +69,5 @@ class WorkerSpec:
         if options.get("data_delay") is not None:
             options["data_delay"] = DataDelay(**options["data_delay"])
         return cls(cell=data["cell"], workload=data.get("workload"), output_dir=data["output_dir"],
-                   launch_environment=tuple(data.get("launch_environment", ())), options=RankOptions(**options))
+                   launch_environment=tuple(data.get("launch_environment", ())), options=RankOptions(**options),
+                   silent_dump_s=data.get("silent_dump_s"))

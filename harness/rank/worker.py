@@ -12,25 +12,29 @@ import contextlib
 import dataclasses
 import json
 import os
+import signal
 import socket
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from harness.common.jsonio import write_json_atomic
 from harness.rank.rankenv import RankInfo, address_toward, read_rank_info
 from harness.rank.spec import WorkerSpec
+from harness.rank.stacks import StackDumps
 
 
 class ProgressFile:
-    """Heartbeat and progress for the runner: rewritten at most every ``interval`` seconds."""
+    """Heartbeat and progress for the runner: rewritten at most every ``interval`` seconds, each
+    write told to ``on_write``."""
 
-    def __init__(self, path: Path, rank: int, interval: float = 1.0):
+    def __init__(self, path: Path, rank: int, interval: float = 1.0, on_write: Callable[[], None] = lambda: None):
         self.path = path
         self.rank = rank
         self.interval = interval
+        self.on_write = on_write
         self.last_write = 0.0
 
     def __call__(self, phase: str, step: int, of: int) -> None:
@@ -38,6 +42,7 @@ class ProgressFile:
         if now - self.last_write >= self.interval or step == of:
             write_json_atomic(self.path, {"rank": self.rank, "phase": phase, "step": step, "of": of, "time": now})
             self.last_write = now
+            self.on_write()
 
 
 def threads_for(rank: RankInfo, requested: int | None) -> int:
@@ -184,6 +189,18 @@ def run_accuracy_task(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
             "node": node_facts(device.type == "cuda"), **outcome}
 
 
+def error_line(error: BaseException) -> str:
+    """``Type: message``; for an error raised in a DataLoader worker, the original error's own line
+    and where it was raised (torch re-raises it in the rank with the worker's whole traceback as its
+    message, under a first line that names neither the error nor the file)."""
+    text = str(error).rstrip()
+    if "\nOriginal Traceback" not in text:
+        return f"{type(error).__name__}: {text}"
+    qualified, _, message = text.splitlines()[-1].partition(": ")
+    where = text.splitlines()[0].removeprefix(f"Caught {type(error).__name__} ").rstrip(".")
+    return f"{qualified.rsplit('.', 1)[-1]}: {message} ({where})"
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -194,17 +211,22 @@ def main(argv: list[str]) -> int:
     try:
         rank = read_rank_info(os.environ)
         label = f"rank{rank.rank}"
+        dumps = StackDumps(output, label, spec.silent_dump_s)
         task = run_accuracy_task if spec.options.accuracy is not None else run
-        record = task(spec, rank, ProgressFile(output / f"progress-{label}.json", rank.rank))
+        record = task(spec, rank, ProgressFile(output / f"progress-{label}.json", rank.rank, on_write=dumps.progressed))
+        dumps.close()
         write_json_atomic(output / f"record-{label}.json", record)
         return 0
     except BaseException as error:  # noqa: BLE001 - every failure must reach the runner
+        # The launcher may be ending every rank by now (a peer's failure): its SIGTERM must not cut
+        # this report short. Unused stack dump files are the runner's to remove.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         write_json_atomic(output / f"error-{label}.json", {
             "rank": label, "host": socket.gethostname(), "pid": os.getpid(),
-            "error": f"{type(error).__name__}: {error}",
+            "error": error_line(error),
             "traceback": traceback.format_exc()[-4000:],
         })
-        sys.stderr.write(f"[dlscale worker {label}] {type(error).__name__}: {error}\n")
+        sys.stderr.write(f"[dlscale worker {label}] {error_line(error)}\n")
         sys.stderr.flush()
         # Skip interpreter teardown: with peers stuck in a collective it can block for minutes.
         os._exit(1)

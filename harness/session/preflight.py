@@ -127,6 +127,11 @@ def check_rank_counts(options: SuiteOptions, cells: Iterable[Cell], ps_servers: 
     too_many = [ranks for ranks, training in sorted(fewest.items()) if training > capacity]
     if options.gpus and too_many:
         raise SuiteError(f"--gpus {options.gpus}: {too_many[-1]} ranks asked for, but {where}")
+    served = sorted({cell.ranks for cell in cells if has_servers(cell.framework)})
+    if options.ps_servers is not None and served and max(served) <= ps_servers:
+        raise SuiteError(f"--ps-servers {ps_servers}: the parameter-server cells have {', '.join(map(str, served))} "
+                         f"rank(s), which leaves no worker beside {ps_servers} server(s); ask for fewer servers or "
+                         "more ranks (--gpus)")
 
 
 def processes(cells: Iterable[Cell], ps_servers: int, capacity: int) -> list[int]:

@@ -101,6 +101,28 @@ class AccuracyResult:
     """Rank 0's record: accuracy and learning rate per epoch, final accuracy (the same on every rank)."""
     verdict: Verdict | None = None
 
+    @property
+    def verdict_kind(self) -> str:
+        """The verdict's name, or ``error`` where the run failed and nothing was judged."""
+        return self.verdict.kind if self.verdict else "error"
+
+    @property
+    def final_accuracy(self) -> float | None:
+        return self.outcome["final_val_accuracy"] if self.outcome else None
+
+    def to_json(self) -> dict:
+        return {
+            "cell": self.cell.id, "launcher": self.run.launcher, "status": self.run.status, "error": self.run.error,
+            "wall_s": round(self.run.wall_s, 3), "command": self.run.command, "config_hash": self.config_hash,
+            "final_val_accuracy": self.final_accuracy, "verdict": self.verdict_kind,
+            "verdicts": [dataclasses.asdict(self.verdict)] if self.verdict else [], "outcome": self.outcome,
+        }
+
+    def history_row(self, *, run_id: str, git_commit: str | None) -> dict:
+        """The cell's line in the nightly history, its final accuracy beside the verdict."""
+        return make_row(self.cell.id, run_id=run_id, verdict=self.verdict_kind, git_commit=git_commit,
+                        launcher=self.run.launcher, ranks=self.cell.ranks, final_val_accuracy=self.final_accuracy)
+
 
 def estimate_json(estimate: Estimate | None) -> dict | None:
     if estimate is None:

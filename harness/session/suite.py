@@ -193,7 +193,7 @@ class Suite:
         if self.options.results_json:
             self.write_results(self.options.results_json)
 
-    def _append_history(self, result: CellResult) -> None:
+    def _append_history(self, result: CellResult | AccuracyResult) -> None:
         """One line per measured cell in ``history/<system>.jsonl``, written as soon as it is known."""
         if self.options.history_dir is None:
             return
@@ -221,6 +221,9 @@ class Suite:
                                             self.baselines.reference(cell.id, "accuracy"),
                                             config_hash=result.config_hash)
         self.accuracy_results.append(result)
+        self._append_history(result)
+        if self.options.results_json:
+            self.write_results(self.options.results_json)
         return result
 
     # -- after the cells -------------------------------------------------------------------------
@@ -232,6 +235,7 @@ class Suite:
             "provenance": self._provenance, "environment": self._environment,
             "launch_environment": self.launch_environment,
             "cells": [result.to_json() for result in self.results],
+            "accuracy_cells": [result.to_json() for result in self.accuracy_results],
         }
 
     def write_results(self, path: Path) -> None:

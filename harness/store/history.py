@@ -36,8 +36,9 @@ SCHEMA_VERSION = 1
 DERIVED = {
     "throughput-normalised": "throughput x yardstick_s: the throughput at a fixed machine speed, as CPU cells are judged",
     "machine": "1 / yardstick_s: the machine's own speed by the yardstick, for a node that got slower",
+    "accuracy": "final_val_accuracy: an accuracy cell's final validation accuracy",
 }
-"""Series computed from a line's ``yardstick_s`` (CPU cells; lines without one are left out)."""
+"""Series computed from a line's other fields (lines without them are left out)."""
 REQUIRED = {"cell": str, "run_id": str, "date": str, "verdict": str}
 ROW_START = b'{"schema": '
 """How every line :func:`append` writes begins (``schema`` is :func:`make_row`'s first key)."""
@@ -180,6 +181,9 @@ def figure(row: Mapping, metric: str) -> float | None:
     one (:data:`DERIVED`)."""
     if metric in CELL_METRICS:
         return (row.get(metric) or {}).get("value")
+    if metric == "accuracy":
+        accuracy = row.get("final_val_accuracy")
+        return accuracy if finite_number(accuracy) else None
     yardstick = row.get("yardstick_s")
     if not (isinstance(yardstick, (int, float)) and not isinstance(yardstick, bool) and yardstick > 0):
         return None

@@ -14,7 +14,7 @@ judging of :mod:`harness.judging.verdicts`). Nothing here measures or judges on 
    with each injected regression, and ``--neighbour-runs`` times unchanged while another job takes
    the cores for a while.
 3. The suite's verdict of each is counted: false alarms among the unchanged, detections among the
-   regressions.
+   regressions. It exits 1, naming each, when a rate misses (:meth:`SelftestReport.shortfalls`).
 
 The regressions, none of which the machine yardstick can see:
 
@@ -52,13 +52,15 @@ from harness.session.suite import Suite, SuiteOptions
 SELFTEST_CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1)
 RELIABLE = 0.9
 """Detection rate at which a regression counts as caught reliably."""
+MOSTLY_PASS = 0.8
+"""Share of unchanged reruns that must be judged ``pass`` (or ``faster``): verdicts that never fail
+because they never decide (all inconclusive, all errors) are no better than ones that cry wolf."""
 OUTCOMES = ("fail", "inconclusive", "pass", "faster", "other")
 """``other``: no verdict on the band (error, machine-differs, stale, no-baseline)."""
 DEFAULT_NEIGHBOUR = (8.0, 8.0)
 SYSTEM = "selftest"
 VECTOR_ISA = ("avx2", "avx512f")
 """ISA flags with a vectorised ATen kernel path above its ``default`` one."""
-"""(the machine's best ISA flag, oneDNN's cap, ATen's cap, the best's name), best first."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -229,6 +231,28 @@ class SelftestReport:
 
     def false_alarms(self) -> int:
         return self.row(UNCHANGED).counts["fail"]
+
+    def shortfalls(self) -> list[str]:
+        """Where the rates miss, one line each (none when the self-test passes): a false alarm in an
+        unchanged rerun, with a neighbour or without; unchanged reruns not mostly judged ``pass``
+        (see :data:`MOSTLY_PASS`); a regression caught in fewer than :data:`RELIABLE` of its reruns."""
+        missed = []
+        for neighbour in (False, True) if self.config.neighbour_runs else (False,):
+            row = self.row(UNCHANGED, neighbour)
+            if row.counts["fail"]:
+                missed.append(f"{row.counts['fail']} false alarm(s) in {row.runs} unchanged reruns"
+                              + (" with a neighbour's job" if neighbour else ""))
+        row = self.row(UNCHANGED)
+        decided = row.counts["pass"] + row.counts["faster"]
+        if row.runs and decided < MOSTLY_PASS * row.runs:
+            missed.append(f"only {decided} of {row.runs} unchanged reruns judged pass (under {MOSTLY_PASS:.0%}): "
+                          f"{row.counts['inconclusive']} inconclusive, {row.counts['other']} without a verdict")
+        for regression in self.regressions:
+            row = self.row(regression)
+            if not row.fail_rate >= RELIABLE:
+                missed.append(f"{regression.name} caught in {row.counts['fail']} of {row.runs} reruns "
+                              f"(under {RELIABLE:.0%})")
+        return missed
 
 
 # --- running --------------------------------------------------------------------------------------
@@ -446,7 +470,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     report = run_selftest(config, on_progress=lambda line: print(f"  [selftest] {line}", flush=True))
     print(format_report(report))
-    return 0
+    missed = report.shortfalls()
+    for line in missed:
+        print(f"self-test failed: {line}", file=sys.stderr)
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from harness.judging.stats import Estimate
-from harness.judging.verdicts import (Evidence, Reference, agreed, judge_cell, judge_throughput, measured_enough,
-                                      overall)
+from harness.judging.verdicts import (Evidence, Reference, agreed, judge_accuracy, judge_cell, judge_throughput,
+                                      measured_enough, overall)
 from harness.judging.yardstick import Yardstick
 
 BAND = Reference(value=100.0, lower=-0.1, upper=0.1, unit="img/s")
@@ -196,3 +196,11 @@ def test_a_cell_is_launched_again_while_imprecise_or_inconclusive_and_the_budget
     assert not measured_enough(narrow, "inconclusive", **enough)
     assert measured_enough(narrow, "pass", **enough)
     assert measured_enough(narrow, "inconclusive", **{**enough, "spent_s": 40.0})
+
+
+@pytest.mark.parametrize("final, verdict", [(0.97, "pass"), (0.90, "fail"), (0.999, "pass")])
+def test_an_accuracy_is_judged_against_its_band_and_a_baseline_of_other_settings_is_stale(final, verdict):
+    reference = Reference(value=0.97, lower=-0.02, upper=None, unit="")
+    assert judge_accuracy(final, {"config_hash": "abc"}, reference, config_hash="abc").kind == verdict
+    assert judge_accuracy(final, {"config_hash": "old"}, reference, config_hash="abc").kind == "stale"
+    assert judge_accuracy(final, None, None, config_hash="abc").kind == "no-baseline"

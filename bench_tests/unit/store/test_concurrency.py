@@ -16,23 +16,43 @@ from harness.store.history import read as read_history
 
 REPO = Path(__file__).resolve().parents[3]
 
-HISTORY_WRITER = """
-import sys, time
-from pathlib import Path
-from harness.store.history import append, make_row
+SLOW_AND_MAYBE_UNLOCKED = """
+import contextlib, functools, sys, time
 
+def slowed(function, seconds):
+    @functools.wraps(function)
+    def slow(*args, **kwargs):
+        time.sleep(seconds)  # widens the window in which another writer could slip in
+        return function(*args, **kwargs)
+    return slow
+
+def without_the_lock(module):
+    # the negative control: the same writer with its lock taken out
+    if sys.argv[4] == "unlocked":
+        module.locked = lambda path, **kwargs: contextlib.nullcontext()
+"""
+
+HISTORY_WRITER = SLOW_AND_MAYBE_UNLOCKED + """
+from pathlib import Path
+import harness.store.history as history
+
+history._write_all = slowed(history._write_all, 0.001)
+without_the_lock(history)
 path, start, writer = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 while not start.exists():
     time.sleep(0.01)
-for n in range(1000):
-    append(path, [make_row(f"cell-{writer}", run_id=f"{writer}-{n}", verdict="pass")])
+for batch in range(40):  # a session appends all its cells' rows at once
+    history.append(path, [history.make_row(f"cell-{writer}", run_id=f"{writer}-{batch}-{n}", verdict="pass")
+                          for n in range(10)])
 """
 
-BASELINE_WRITER = """
-import sys, time
+BASELINE_WRITER = SLOW_AND_MAYBE_UNLOCKED + """
 from pathlib import Path
+import harness.store.baselines as baselines_module
 from harness.store.baselines import BaselineFile
 
+BaselineFile.updated = slowed(BaselineFile.updated, 0.2)
+without_the_lock(baselines_module)
 path, start, cell = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 baselines = BaselineFile.load(path, "shared")  # read at the session's start, as the suite does
 while not start.exists():
@@ -42,10 +62,10 @@ baselines.update([{"cell": cell, "metrics": {"throughput": 10.0}, "config_hash":
 """
 
 
-def start_writers(script: str, target: Path, start: Path, names: list[str]) -> list[subprocess.Popen]:
+def start_writers(script: str, target: Path, start: Path, names: list[str], lock: str) -> list[subprocess.Popen]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    return [subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), str(target), str(start), name], env=env,
-                             stderr=subprocess.PIPE, text=True) for name in names]
+    return [subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), str(target), str(start), name, lock],
+                             env=env, stderr=subprocess.PIPE, text=True) for name in names]
 
 
 def release_and_wait(writers: list[subprocess.Popen], start: Path) -> None:
@@ -56,24 +76,56 @@ def release_and_wait(writers: list[subprocess.Popen], start: Path) -> None:
         assert writer.returncode == 0, err
 
 
-def test_eight_processes_appending_1000_history_rows_each_leave_8000_intact_rows(tmp_path):
+def append_history_from_eight_writers(tmp_path: Path, lock: str) -> tuple[list[dict], list]:
+    """Eight processes, each appending 40 batches of 10 rows, every line written a millisecond
+    after the last."""
     history, start = tmp_path / "shared.jsonl", tmp_path / "go"
-    writers = start_writers(HISTORY_WRITER, history, start, [str(n) for n in range(8)])
-    release_and_wait(writers, start)
-    rows, problems = read_history(history)
+    release_and_wait(start_writers(HISTORY_WRITER, history, start, [str(n) for n in range(8)], lock), start)
+    return read_history(history)
+
+
+def torn_batches(rows: list[dict]) -> list[str]:
+    """The batches whose rows do not lie together in the file."""
+    positions: dict[str, list[int]] = {}
+    for position, row in enumerate(rows):
+        positions.setdefault(row["run_id"].rsplit("-", 1)[0], []).append(position)
+    return sorted(batch for batch, where in positions.items() if where[-1] - where[0] + 1 != len(where))
+
+
+def test_eight_processes_appending_history_batches_leave_every_row_intact_and_each_batch_together(tmp_path):
+    rows, problems = append_history_from_eight_writers(tmp_path, "locked")
     assert problems == []
-    assert len(rows) == 8000
+    assert len(rows) == 8 * 40 * 10
     for writer in range(8):  # each writer's rows complete and in its own order
-        assert [row["run_id"] for row in rows if row["cell"] == f"cell-{writer}"] == [f"{writer}-{n}" for n in range(1000)]
+        assert [row["run_id"] for row in rows if row["cell"] == f"cell-{writer}"] == \
+            [f"{writer}-{batch}-{n}" for batch in range(40) for n in range(10)]
+    assert torn_batches(rows) == []
+
+
+def test_without_the_lock_the_same_appends_interleave_their_batches(tmp_path):
+    """The negative control of the test above: what its lock prevents happens without it."""
+    rows, problems = append_history_from_eight_writers(tmp_path, "unlocked")
+    assert problems == [] and len(rows) == 8 * 40 * 10  # each line is still one O_APPEND write
+    assert torn_batches(rows), "the batches stayed together without the lock: the test above shows nothing"
+
+
+def update_baselines_from_eight_writers(tmp_path: Path, lock: str) -> set[str]:
+    """Eight processes, each recording another cell into one file they all read before they start;
+    each takes 0.2 s between reading the file again and writing it."""
+    path, start = tmp_path / "shared.json", tmp_path / "go"
+    cells = [f"ddp-synthetic-resnet50-g{n}" for n in range(1, 9)]
+    release_and_wait(start_writers(BASELINE_WRITER, path, start, cells, lock), start)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    return set(json.loads(path.read_text())["cells"])
 
 
 def test_concurrent_baseline_updates_of_different_cells_keep_every_cell(tmp_path):
-    path, start = tmp_path / "shared.json", tmp_path / "go"
-    cells = [f"ddp-synthetic-resnet50-g{n}" for n in range(1, 9)]
-    writers = start_writers(BASELINE_WRITER, path, start, cells)
-    release_and_wait(writers, start)
-    assert set(json.loads(path.read_text())["cells"]) == set(cells)
-    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    assert update_baselines_from_eight_writers(tmp_path, "locked") == {f"ddp-synthetic-resnet50-g{n}" for n in range(1, 9)}
+
+
+def test_without_the_lock_concurrent_baseline_updates_lose_cells(tmp_path):
+    """The negative control of the test above."""
+    assert len(update_baselines_from_eight_writers(tmp_path, "unlocked")) < 8
 
 
 def test_a_held_lock_times_out_naming_its_holder(tmp_path):

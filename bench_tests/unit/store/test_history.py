@@ -225,3 +225,17 @@ def test_the_history_exports_to_csv(tmp_path, capsys):
     assert [r["run_id"] for r in rows] == ["r0", "r1", "r2"] and rows[2]["throughput"] == "102.0"
     assert rows[0]["throughput_low"] == "99.0" and rows[0]["efficiency"] == ""
     assert "written to" in capsys.readouterr().out
+
+
+def test_an_accuracy_cells_lost_accuracy_is_tracked_like_a_throughput(tmp_path):
+    """Accuracy cells write their final accuracy into the same history (the suite's AccuracyResult rows)."""
+    cell = "accuracy-ddp-cosine-b512-g2"
+    values = [0.61, 0.62, 0.60, 0.61, 0.62, 0.61, 0.52, 0.51, 0.53, 0.52, 0.51]
+    path = tmp_path / "sys.jsonl"
+    history.append(path, [history.make_row(cell, run_id=f"run{i}", verdict="pass", date=f"2025-02-{i + 1:02d}T02:00:00+00:00",
+                                           final_val_accuracy=v) for i, v in enumerate(values)]
+                   + nightly([100.0] * 11))
+    rows = history.read(path)[0]
+    assert list(history.series(rows, "throughput")) == ["ddp-synthetic-resnet50-g1"]  # accuracy rows have none
+    [tracked] = history.report(rows, metric="accuracy")
+    assert tracked.cell == cell and [c.at.index for c in tracked.changes] == [7] and tracked.regressed(0.05)

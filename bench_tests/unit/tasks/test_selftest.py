@@ -89,3 +89,36 @@ def test_the_report_counts_the_suites_verdicts_and_rates():
     assert "false alarms: 0 of 3 unchanged reruns" in text
     assert "compute: ATen kernels without vector instructions: caught in 2 of 3 reruns, NOT reliably" in text
     assert "85.00 (-15.0%)" in text and "launcher srun, 1 core(s) per rank, 32 px, batch 16" in text
+
+
+def report_of(reruns: list[Rerun], *regressions: Regression, neighbour_runs: int = 0) -> SelftestReport:
+    return SelftestReport(config=SelftestConfig(repeats=10, regressions=regressions, neighbour_runs=neighbour_runs),
+                          regressions=regressions, launcher="srun", cores_per_rank=1, workload={},
+                          reference=Reference(value=100.0, lower=-0.08, upper=0.08, unit="img/s"),
+                          baseline=[], reruns=reruns, wall_s=60.0)
+
+
+def test_a_self_test_whose_rates_hold_has_no_shortfalls():
+    slow = parse_regression("slow:0.15", ZEN4)
+    reruns = ([rerun(UNCHANGED, "pass")] * 8 + [rerun(UNCHANGED, "inconclusive"), rerun(UNCHANGED, "faster")]
+              + [rerun(UNCHANGED, "inconclusive", neighbour=True)] + [rerun(slow, "fail", 87.0)] * 9
+              + [rerun(slow, "inconclusive", 95.0)])
+    assert report_of(reruns, slow, neighbour_runs=1).shortfalls() == []
+
+
+@pytest.mark.parametrize("unchanged, neighbour, caught, missed", [
+    (["inconclusive"] * 10, [], 10, ["only 0 of 10 unchanged reruns judged pass (under 80%): 10 inconclusive, 0 without"]),
+    (["error"] * 3 + ["pass"] * 7, [], 10, ["only 7 of 10 unchanged reruns judged pass (under 80%): 0 inconclusive, "
+                                             "3 without a verdict"]),
+    (["fail"] + ["pass"] * 9, ["fail"], 10, ["1 false alarm(s) in 10 unchanged reruns",
+                                            "1 false alarm(s) in 1 unchanged reruns with a neighbour's job"]),
+    (["pass"] * 10, [], 8, ["slow: steps 15% longer caught in 8 of 10 reruns (under 90%)"]),
+    (["pass"] * 10, [], 0, ["slow: steps 15% longer caught in 0 of 10 reruns (under 90%)"]),
+])
+def test_a_self_test_that_never_decides_or_misses_names_each_shortfall(unchanged, neighbour, caught, missed):
+    slow = parse_regression("slow:0.15", ZEN4)
+    reruns = ([rerun(UNCHANGED, verdict) for verdict in unchanged]
+              + [rerun(UNCHANGED, verdict, neighbour=True) for verdict in neighbour]
+              + [rerun(slow, "fail", 87.0)] * caught + [rerun(slow, "pass", 99.0)] * (10 - caught))
+    shortfalls = report_of(reruns, slow, neighbour_runs=len(neighbour)).shortfalls()
+    assert [line[:len(expected)] for line, expected in zip(shortfalls, missed)] == missed and len(shortfalls) == len(missed)
