@@ -6,10 +6,12 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from harness.common.filelock import locked
 from harness.store.history import read as read_history
 
 from ..workloads import SCALING_TEST
@@ -20,6 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_two_sessions_updating_one_systems_baselines_keep_both_cells(tmp_path):
+    """The test holds the baseline file's lock until both sessions have measured their cell, so that
+    both updates are pending at once; released, each writes its own cell and keeps the other's."""
     shutil.copy(SCALING_TEST, tmp_path / "test_scaling.py")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     sessions = []
@@ -28,11 +32,18 @@ def test_two_sessions_updating_one_systems_baselines_keep_both_cells(tmp_path):
                    "--baselines-dir", "baselines", "--history-dir", "history", "--launcher", "torchrun",
                    "--frameworks", "ddp", "--loaders", "synthetic", "--gpus", ranks, "--update-baselines",
                    *TINY_FLAGS]
-        sessions.append(subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, text=True))
-    outputs = [session.communicate(timeout=600)[0] for session in sessions]
-    for session, output in zip(sessions, outputs):
-        assert session.returncode == 0, output[-3000:]
+        with open(tmp_path / f"session-g{ranks}.log", "wb") as log:  # a pipe nobody reads could fill
+            sessions.append(subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT))
+    with locked(tmp_path / "baselines" / "shared.json"):
+        deadline = time.monotonic() + 400
+        while len(list((tmp_path / "results").glob("2*/results.json"))) < 2:  # each session's cell measured
+            assert all(session.poll() is None for session in sessions), "a session ended before its update"
+            assert time.monotonic() < deadline, "the sessions did not measure their cells in 400 s"
+            time.sleep(0.2)
+        time.sleep(1.0)  # from its results file to the baseline update is milliseconds
+        assert all(session.poll() is None for session in sessions), "a session did not wait for the lock"
+    for session, ranks in zip(sessions, ("1", "2")):
+        assert session.wait(timeout=600) == 0, (tmp_path / f"session-g{ranks}.log").read_text()[-3000:]
 
     cells = {G1, G2}
     assert set(json.loads((tmp_path / "baselines" / "shared.json").read_text())["cells"]) == cells
