@@ -258,8 +258,7 @@ def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, re
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling",
                "--system", "drillsys", "--baselines-dir", str(baselines), "--launcher", "torchrun",
                "--frameworks", "ddp", "--loaders", "synthetic", "--models", TEST_MODEL, "--gpus", "1,2",
-               "--results-json", str(results),
-               "--history-dir", str(history),
+               "--results-json", str(results), "--history-dir", str(history),
                "--update-baselines", "--widest-baseline", "inf", "--measure-budget", "0",
                "--image-size", str(TINY.image_size), "--batch-size", str(TINY.batch_size), "--steps", "60",
                "--warmup-steps", str(TINY.warmup_steps), "--num-workers", str(TINY.num_workers)]
