@@ -221,12 +221,13 @@ def main(argv: list[str]) -> int:
         # The launcher may be ending every rank by now (a peer's failure): its SIGTERM must not cut
         # this report short. Unused stack dump files are the runner's to remove.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        line = error_line(error)
         write_json_atomic(output / f"error-{label}.json", {
             "rank": label, "host": socket.gethostname(), "pid": os.getpid(),
-            "error": error_line(error),
+            "error": line,
             "traceback": traceback.format_exc()[-4000:],
         })
-        sys.stderr.write(f"[dlscale worker {label}] {error_line(error)}\n")
+        sys.stderr.write(f"[dlscale worker {label}] {line}\n")
         sys.stderr.flush()
         # Skip interpreter teardown: with peers stuck in a collective it can block for minutes.
         os._exit(1)

@@ -189,6 +189,10 @@ class Suite:
         if not result.runs or (result.run.ok and result.metrics is None):
             return  # nothing launched, or judging it failed
         self.results.append(result)
+        self._keep(result)
+
+    def _keep(self, result: CellResult | AccuracyResult) -> None:
+        """A result just added to the session's: its history line, and the results file again."""
         self._append_history(result)
         if self.options.results_json:
             self.write_results(self.options.results_json)
@@ -221,9 +225,7 @@ class Suite:
                                             self.baselines.reference(cell.id, "accuracy"),
                                             config_hash=result.config_hash)
         self.accuracy_results.append(result)
-        self._append_history(result)
-        if self.options.results_json:
-            self.write_results(self.options.results_json)
+        self._keep(result)
         return result
 
     # -- after the cells -------------------------------------------------------------------------
