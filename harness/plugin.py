@@ -21,12 +21,13 @@ from harness.config.cells import DEFAULT_MATRIX
 from harness.judging.servers import server_rows
 from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import RunLimits
+from harness.machine.references import FORMS, describe_difference
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
 from harness.report.framework_comparison import PUBLISHED_NOTES, REFERENCE_FRAMEWORK, comparison_rows, framework_ratios
 from harness.report.html import COLLECTIVES_FILE, junit_properties, write_report
-from harness.report.tables import accuracy_rows, format_table, summary_rows
+from harness.report.tables import accuracy_rows, format_table, paired_rows, summary_rows
 from harness.session.suite import Suite, SuiteError, SuiteOptions
 from harness.store.baselines import BaselineError
 from harness.store.sessiondir import expand, point_latest, session_name
@@ -93,6 +94,12 @@ OPTIONS = (
                                              "NCCL_SOCKET_IFNAME (default: $DLSCALE_ENV_FILE)", Path),
     ("--hang-timeout", "hang_timeout", "seconds without progress from any rank before a cell counts as hung",
      float),
+    ("--pairs", "pairs", "with --against: pairs of launches in a cell's first round, doubled while the verdict "
+                         "is inconclusive", int),
+    ("--max-pairs", "max_pairs", "with --against: the most pairs a cell gets", int),
+    ("--min-effect", "min_effect", "with --against: smallest relative change in throughput called regressed or "
+                                   "improved", float),
+    ("--pairs-budget", "pairs_budget", "with --against: seconds a cell's pairs may take", float),
 )
 
 
@@ -120,6 +127,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="record the completed cells' figures as the system's new baselines")
     group.addoption("--launch-env", dest="dlscale_launch_env", action="append", default=[], metavar="NAME=VALUE",
                     help="a variable every rank gets, over --launch-env-file (repeatable)")
+    group.addoption("--against", dest="dlscale_against", action="append", default=[], metavar="REF",
+                    help="measure each cell as pairs of launches against a reference environment in this session "
+                         f"and judge their ratio; REF: {FORMS} (repeatable: the parts of one reference)")
     group.addoption("--accept-regressions", dest="dlscale_accept_regressions", action="store_true",
                     help="with --update-baselines, record cells judged fail too (a slowdown you accept)")
     group.addoption("--strict-verdicts", dest="dlscale_strict", action="store_true",
@@ -151,6 +161,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("dlscale_no_history"):
         values["history_dir"] = None
     values["launch_env"] = tuple(config.getoption("dlscale_launch_env"))
+    values["against"] = tuple(config.getoption("dlscale_against"))
     values["yardstick"] = not config.getoption("dlscale_no_yardstick")
     values["accept_regressions"] = config.getoption("dlscale_accept_regressions")
     try:
@@ -239,6 +250,9 @@ class Measure:
         self.suite = config.stash[SUITE_KEY]
 
     def check(self, cell) -> None:
+        if self.suite.options.against:
+            self._check_against(cell)
+            return
         failing = []
         for repeat in range(self.suite.options.repeat):  # every repeat is judged
             result = self.suite.measure(cell, on_progress=_Progress(self.config))
@@ -255,6 +269,16 @@ class Measure:
         if self.config.getoption("dlscale_strict") and result.verdict in UNJUDGED:
             pytest.fail(f"{cell.id} {result.verdict} (--strict-verdicts): "
                         + "; ".join(v.message for v in result.verdicts if v.kind in UNJUDGED), pytrace=False)
+
+    def _check_against(self, cell) -> None:
+        result = self.suite.measure_against(cell, on_progress=_Progress(self.config))
+        self.node.user_properties.extend(junit_properties(result.to_json()))
+        if not result.ok:
+            pytest.fail(f"{cell.id}: no A/B verdict against the {result.reference.label}: {result.error}",
+                        pytrace=False)
+        if result.verdict.kind == "regressed":
+            pytest.fail(f"{cell.id} regressed against the {result.reference.label}: {result.verdict.message}",
+                        pytrace=False)
 
     def check_accuracy(self, cell) -> None:
         result = self.suite.measure_accuracy(cell, on_progress=_Progress(self.config))
@@ -329,6 +353,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             terminalreporter.write_line("plots: " + ", ".join(str(p) for p in plots))
     if suite.results:
         _write_summary(terminalreporter, suite)
+    if suite.paired_results:
+        _write_paired_summary(terminalreporter, suite)
     if suite.baseline_changes is not None:
         _report_baseline_changes(terminalreporter, suite)
     if suite.baseline_error:
@@ -397,6 +423,19 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
         if result.stack_changes:
             terminalreporter.write_line(f"{result.cell.id}: {result.verdict} with software changed since the "
                                         f"baseline: {', '.join(result.stack_changes)}")
+
+
+def _write_paired_summary(terminalreporter, suite: Suite) -> None:
+    terminalreporter.section("dlscale A/B (pairs of launches in this session)")
+    terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, "
+                                f"{suite.reference_environment.label}")
+    terminalreporter.write_line(f"current against reference: {describe_difference(suite.environment_difference)}")
+    terminalreporter.write_line(format_table(paired_rows(suite.paired_results)))
+    counts = collections.Counter(result.verdict_kind for result in suite.paired_results)
+    terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
+    for result in suite.paired_results:
+        for line in ([result.error] if result.error else []) + list(result.verdict.flags if result.verdict else ()):
+            terminalreporter.write_line(f"{result.cell.id}: {line}")
 
 
 def _interrupt_line(suite: Suite, skipped: list[str]) -> str:

@@ -117,6 +117,12 @@ CASES = {
                                          "worker beside 2 server(s)"]),
     "system-with-a-path-separator": ({}, ["--system", "site/partition"],
                                      ["--system 'site/partition' is not usable as a file name"]),
+    "against-a-commit-that-does-not-exist": ({}, ["--against", "git:no-such-branch-x1"],
+                                             ["--against git:no-such-branch-x1: no such commit in"]),
+    "against-something-not-a-reference": ({}, ["--against", "torch-2.13"],
+                                          ["--against torch-2.13: not a reference; say one of git:REF"]),
+    "against-with-update-baselines": ({}, ["--against", "env:X=1", "--update-baselines"],
+                                      ["--against compares two environments", "leave out --update-baselines"]),
 }
 
 

@@ -16,8 +16,9 @@ DEFAULT_MEASURE_BUDGET_S = 90.0
 cell imprecise or inconclusive (at 45 s, none ever fitted: every history row had one launch)."""
 DEVICES = ("auto", "cpu", "cuda")
 AT_LEAST = {"image_size": 1, "batch_size": 1, "steps": 1, "warmup_steps": 0, "num_workers": 0, "repeat": 1,
-            "measure_budget": 0, "cores_per_rank": 1, "ps_servers": 1}
-ABOVE_ZERO = ("precision", "widest_baseline", "cell_timeout", "hang_timeout")
+            "measure_budget": 0, "cores_per_rank": 1, "ps_servers": 1, "pairs": 6, "max_pairs": 6}
+"""``pairs``: the fewest with a 95% signed-rank interval (harness.judging.paired.MIN_PAIRS)."""
+ABOVE_ZERO = ("precision", "widest_baseline", "cell_timeout", "hang_timeout", "min_effect", "pairs_budget")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,6 +76,17 @@ class SuiteOptions:
     """``NAME=VALUE`` settings every rank gets (``--launch-env``), over those of ``launch_env_file``."""
     launch_env_file: Path | None = None
     """A site's launch environment file (``--launch-env-file``, else ``$DLSCALE_ENV_FILE``)."""
+    against: tuple[str, ...] = ()
+    """The reference environment's parts (``--against``, harness.machine.references): each cell is then
+    measured as pairs of launches, the reference's and the current one's (harness.session.paired)."""
+    pairs: int = 8
+    """Pairs of the first round of an A/B; doubled while the verdict is inconclusive."""
+    max_pairs: int = 32
+    min_effect: float = 0.03
+    """Smallest change an A/B calls a regression or an improvement (relative throughput). A/A pairs of
+    identical environments on a 2-core VM spread their log ratios by about 1-2% (README)."""
+    pairs_budget: float = 1800.0
+    """Seconds a cell's A/B pairs may take."""
     fault: dict | None = None
     """A fault every launch injects on purpose (:mod:`harness.rank.faults`): the self-test's regressions.
     No command-line option sets it."""
@@ -92,5 +104,10 @@ def check_settings(options: SuiteOptions) -> None:
             raise SuiteError(f"--{name.replace('_', '-')} must be greater than 0, got {value}")
     if options.profile not in ("auto", *PROFILES):
         raise SuiteError(f"--profile: unknown profile {options.profile!r}; valid names: auto, {', '.join(PROFILES)}")
+    if options.against and options.update_baselines:
+        raise SuiteError("--against compares two environments in this session and records no baseline: "
+                         "leave out --update-baselines")
+    if options.pairs > options.max_pairs:
+        raise SuiteError(f"--pairs ({options.pairs}) must not exceed --max-pairs ({options.max_pairs})")
     if options.device not in DEVICES:
         raise SuiteError(f"--device: unknown device {options.device!r}; valid names: {', '.join(DEVICES)}")

@@ -42,7 +42,8 @@ class LaunchRequest:
     share_cores: bool = False
     """More processes than the cores they were given may run, sharing them (a parameter-server
     cell's servers beside its workers): srun asks for ``--overcommit``, mpirun ``--oversubscribe``."""
-    export: tuple[str, ...] = ("MASTER_ADDR", "MASTER_PORT", "DLSCALE_RUN_TOKEN", "PYTHONPATH", "PYTHONUNBUFFERED")
+    export: tuple[str, ...] = ("MASTER_ADDR", "MASTER_PORT", "DLSCALE_RUN_TOKEN", "PYTHONPATH", "PYTHONSAFEPATH",
+                               "PYTHONUNBUFFERED")
     """Variables a launcher that does not forward the whole environment must pass on."""
 
 
@@ -101,9 +102,12 @@ class Launcher(abc.ABC):
         return {}
 
 
-def with_harness_importable(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with this checkout's harness first on PYTHONPATH, for the processes a launch starts."""
-    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(HARNESS_SOURCE.parent), env.get("PYTHONPATH")])))
+def with_harness_importable(env: Mapping[str, str], source: Path = HARNESS_SOURCE.parent) -> dict[str, str]:
+    """``env`` with the harness in ``source`` (this checkout's, unless a reference environment's) first
+    on PYTHONPATH, for the processes a launch starts. ``python -m`` would put the working directory
+    (often a checkout) before it: PYTHONSAFEPATH leaves it out."""
+    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")])),
+                PYTHONSAFEPATH="1")
 
 
 def inside_slurm_allocation(env=os.environ) -> bool:

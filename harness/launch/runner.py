@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+from harness import HARNESS_SOURCE
 from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import remove_orphaned_temporaries, write_json_atomic
 from harness.config.cells import AccuracyCell, Cell
@@ -146,9 +147,10 @@ def _describe_errors(errors: list[dict]) -> str:
 
 def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Launcher, *, workdir: Path,
              limits: RunLimits = RunLimits(), options: RankOptions = RankOptions(), master_addr: str | None = None,
-             on_progress: StatusLineFn | None = None) -> CellRun:
+             on_progress: StatusLineFn | None = None, source: Path = HARNESS_SOURCE.parent) -> CellRun:
     """Run ``cell`` through ``launcher`` with its files under ``workdir/<cell id>``; ``workload`` is
-    None for the accuracy task (``options.accuracy``)."""
+    None for the accuracy task (``options.accuracy``). The ranks run the harness in ``source``:
+    this checkout's, or a reference environment's (harness.machine.references)."""
     outdir = workdir / cell.id
     if outdir.exists():
         shutil.rmtree(outdir)
@@ -172,7 +174,7 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
         env["MASTER_ADDR"] = master_addr
     else:
         env.pop("MASTER_ADDR", None)
-    env = with_harness_importable(env)
+    env = with_harness_importable(env, source)
 
     log_path = outdir / "launcher.log"
     started = time.monotonic()
@@ -200,10 +202,12 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     if errors:
         problems.append(_describe_errors(errors))
     silent = _silent_ranks(cell, everyone, errors) if status in ("ok", "failed") else ""
+    if strangers := _ran_other_code(everyone, source):
+        problems.append(strangers)
     if silent:
         problems.append(f"rank(s) {silent} ended without a record or an error report (killed, or died in "
                         f"native code)")
-    if status == "ok" and (errors or silent or cleanup_error or process.returncode != 0):
+    if status == "ok" and (errors or silent or cleanup_error or strangers or process.returncode != 0):
         status = "failed"
     if status != "ok":
         if stood := where_ranks_stood(outdir):
@@ -239,6 +243,14 @@ def _watch(process: subprocess.Popen, cell: Cell, outdir: Path, limits: RunLimit
             return "hung", (f"no progress from any rank for {limits.heartbeat_s:.0f} s (heartbeat timeout); "
                             f"least recent: {_least_recent(cell, progress)}; {line}")
     return "ok", None
+
+
+def _ran_other_code(records: list[dict], source: Path) -> str:
+    """Which ranks imported a harness other than ``source``'s (its records say which they ran), or ''."""
+    expected = str((source / "harness").resolve())
+    others = sorted({(record["rank"], record["harness"]) for record in records
+                     if record.get("harness") not in (None, expected)}, key=str)
+    return "; ".join(f"rank {rank} ran the harness in {path}, not {expected}" for rank, path in others)
 
 
 def _silent_ranks(cell: Cell, records: list[dict], errors: list[dict]) -> str:

@@ -52,7 +52,10 @@ class WorkerSpec:
     """Seconds without progress after which a rank dumps its threads' stacks (harness.rank.stacks)."""
 
     def to_json(self) -> dict:
-        options = dataclasses.asdict(self.options)
+        # Options at their defaults are left out: a worker of an older commit (an A/B's reference)
+        # then reads a spec that uses no option it lacks.
+        defaults = {field.name: _default(field) for field in dataclasses.fields(self.options)}
+        options = {name: value for name, value in dataclasses.asdict(self.options).items() if value != defaults[name]}
         return {"cell": dict(self.cell), "workload": dict(self.workload) if self.workload is not None else None,
                 "output_dir": self.output_dir, "launch_environment": list(self.launch_environment),
                 "silent_dump_s": self.silent_dump_s, **options}
@@ -71,3 +74,7 @@ class WorkerSpec:
         return cls(cell=data["cell"], workload=data.get("workload"), output_dir=data["output_dir"],
                    launch_environment=tuple(data.get("launch_environment", ())), options=RankOptions(**options),
                    silent_dump_s=data.get("silent_dump_s"))
+
+
+def _default(field: dataclasses.Field) -> Any:
+    return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default

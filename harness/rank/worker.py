@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Iterator
 
+from harness import HARNESS_SOURCE
 from harness.common.jsonio import write_json_atomic
 from harness.rank.rankenv import RankInfo, address_toward, read_rank_info
 from harness.rank.spec import WorkerSpec
@@ -149,6 +150,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
         "host": socket.gethostname(),
         "addr": address_toward(rank.master_addr, rank.master_port),
         "pid": os.getpid(),
+        "harness": str(HARNESS_SOURCE),  # which code ran: an A/B's reference runs another checkout's
         "device": str(device),
         "threads": threads,
         **({"cores": cores} if cores else {}),

@@ -1,4 +1,4 @@
-"""The text tables a session prints at its end: the cells' summary, the accuracy cells' table."""
+"""The text tables a session prints at its end: the cells' summary, the accuracy cells', the A/B cells'."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
@@ -7,6 +7,7 @@ from harness.judging.yardstick import normalise
 
 if TYPE_CHECKING:
     from harness.store.baselines import BaselineFile
+    from harness.session.paired import PairedResult
     from harness.session.results import AccuracyResult, CellResult
     from harness.judging.stats import Estimate
 
@@ -52,6 +53,22 @@ def accuracy_rows(results: Sequence[AccuracyResult]) -> list[list[str]]:
             row.append(", ".join(f"{r.outcome['final_val_accuracy']:.1%} ({r.verdict.kind})" if r.outcome
                                  else f"error ({r.run.status})" for r in found) or "-")
         rows.append(row)
+    return rows
+
+
+def paired_rows(results: Sequence[PairedResult]) -> list[list[str]]:
+    """One row per A/B cell: each side's median throughput, their ratio with its interval, the
+    test's p-value, each side's E_G and the verdict."""
+    rows = [["cell", "pairs", "reference img/s", "current img/s", "current/reference (95% CI)", "p",
+             "E_G ref / cur", "verdict"]]
+    for r in results:
+        if not r.pairs or r.verdict is None:
+            rows.append([r.cell.id, f"0 ({len(r.dropped)} dropped)", "-", "-", "-", "-", "-", r.verdict_kind])
+            continue
+        pairs = f"{len(r.pairs)} ({len(r.dropped)} dropped)" if r.dropped else str(len(r.pairs))
+        efficiency = f"{r.efficiency['reference']:.3f} / {r.efficiency['current']:.3f}" if r.efficiency else "-"
+        rows.append([r.cell.id, pairs, f"{r.median('reference'):.1f}", f"{r.median('current'):.1f}",
+                     format_interval(r.verdict.ratio, 3), f"{r.verdict.p_value:.3g}", efficiency, r.verdict_kind])
     return rows
 
 

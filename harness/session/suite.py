@@ -27,13 +27,16 @@ from harness.launch.launchers import LAUNCHERS, Launcher, default_launcher_name
 from harness.launch.runner import run_cell
 from harness.machine.allocation import launch_environment
 from harness.machine.environment import capture as capture_environment
+from harness.machine import references
 from harness.machine.provenance import provenance
 from harness.machine.system import detect_system, rank_capacity
 from harness.rank.faults import Fault
+from harness.rank.frameworks import training_ranks
 from harness.rank.spec import RankOptions
 from harness.rank.workload import Workload
 from harness.session import preflight
 from harness.session.evaluation import evaluate
+from harness.session.paired import PairedResult, PairSettings, measure_pairs, side_efficiency
 from harness.session.results import AccuracyResult, CellResult
 from harness.store.baselines import BaselineFile
 from harness.store.history import append as append_history
@@ -54,6 +57,8 @@ class Suite:
         self.baselines_kept: list[str] = []
         """Cells ``--update-baselines`` did not record, each with why."""
         self.accuracy_results: list[AccuracyResult] = []
+        self.paired_results: list[PairedResult] = []
+        """Cells measured as an A/B against the reference environment (``--against``)."""
         self.cut_short: list[str] = []
         """Cells an interrupt ended before any launch of theirs was judged."""
         self._prepared = False
@@ -141,7 +146,20 @@ class Suite:
         self._environment = capture_environment()
         self.run_id = uuid.uuid4().hex[:12]
         self.limits = preflight.run_limits(options)
+        self.current_environment = references.current(self.launch_environment)
+        if options.against:
+            self._prepare_reference()
         self._prepared = True
+
+    def _prepare_reference(self) -> None:
+        """The reference environment built, and a launcher that gives its ranks its variables."""
+        try:
+            self.reference_environment = references.build(self.options.against, self.current_environment)
+        except references.ReferenceError as error:
+            raise SuiteError(str(error)) from None
+        self.reference_launcher = preflight.usable_launcher(
+            self.launcher_name, dict(self.reference_environment.launch_environment), self.options.partition)
+        self.environment_difference = references.difference(self.reference_environment, self.current_environment)
 
     # -- measuring -------------------------------------------------------------------------------
     def measure(self, cell: Cell, on_progress: Callable[[str], None] | None = None) -> CellResult:
@@ -172,6 +190,33 @@ class Suite:
         finally:
             with INTERRUPTS.protect():
                 self._record(result)
+        return result
+
+    def measure_against(self, cell: Cell, on_progress: Callable[[str], None] | None = None) -> PairedResult:
+        """Measure the cell as pairs of launches, the reference environment's and the current one's,
+        on the same nodes in balanced random order; judge the pairs' ratios."""
+        self.prepare()
+        sides = {"reference": (self.reference_launcher, self.reference_environment),
+                 "current": (self.launcher, self.current_environment)}
+
+        def launch(side: str):
+            launcher, environment = sides[side]
+            return run_cell(cell, self._workload, launcher, workdir=self.options.workdir / side, limits=self.limits,
+                            options=self._rank_options(), on_progress=on_progress, source=environment.source)
+
+        o = self.options
+        result = measure_pairs(cell, self.reference_environment, launch,
+                               PairSettings(first=o.pairs, most=o.max_pairs, min_effect=o.min_effect,
+                                            budget_s=o.pairs_budget), on_progress=on_progress)
+        reference_cell = preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers)
+        for earlier in self.paired_results:
+            if earlier.cell == reference_cell:
+                result.efficiency = side_efficiency(
+                    result, earlier, training_ranks(cell.framework, cell.ranks, self.ps_servers),
+                    training_ranks(reference_cell.framework, reference_cell.ranks, self.ps_servers))
+        self.paired_results.append(result)
+        if self.options.results_json:
+            self.write_results(self.options.results_json)
         return result
 
     def _rank_options(self) -> RankOptions:
@@ -238,6 +283,10 @@ class Suite:
             "launch_environment": self.launch_environment,
             "cells": [result.to_json() for result in self.results],
             "accuracy_cells": [result.to_json() for result in self.accuracy_results],
+            "against": {"reference": self.reference_environment.to_json(),
+                        "current": self.current_environment.to_json(),
+                        "difference": self.environment_difference} if self.options.against and self._prepared else None,
+            "paired_cells": [result.to_json() for result in self.paired_results],
         }
 
     def write_results(self, path: Path) -> None:

@@ -1,0 +1,74 @@
+"""An A/B in one session as a user runs it (``--against``): a project whose last commit adds real
+work to every training step, measured against its parent, pair by pair through a real launcher.
+The long proofs (A/A false-positive rate, power at 15% and 5%, drift) are opt-in benchmarks."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness import HARNESS_SOURCE
+from harness.launch.launchers import LAUNCHERS
+
+from ..components import LAUNCHER_COMPONENTS, needs
+from ..workloads import SCALING_TEST, TEST_MODEL, TINY_FLAGS
+
+pytestmark = pytest.mark.launch
+CELL = f"ddp-synthetic-{TEST_MODEL}-g1"
+STEP = "            loss = adapter.forward_backward(images, labels)\n"
+SLOWER_STEP = STEP + "            for _ in range(2):  # the regression under test: each step's work three times\n" \
+                     "                adapter.forward_backward(images, labels)\n"
+
+
+def git(project: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(project), "-c", "user.name=dlscale", "-c", "user.email=dlscale@test",
+                           *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def project(tmp_path):
+    """This checkout's harness as a project of two commits: as it is, then with slower steps."""
+    project = tmp_path / "project"
+    shutil.copytree(HARNESS_SOURCE, project / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(HARNESS_SOURCE.parent / "pyproject.toml", project)
+    shutil.copy(SCALING_TEST, project / "test_scaling.py")
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "as the checkout is")
+    loop = project / "harness" / "rank" / "trainloop.py"
+    assert loop.read_text().count(STEP) == 1, "the training loop's step changed: update the regression's patch"
+    loop.write_text(loop.read_text().replace(STEP, SLOWER_STEP))
+    git(project, "commit", "-q", "-am", "each step does its work three times")
+    return project
+
+
+def test_a_commit_that_slows_every_step_regresses_against_its_parent(project, tmp_path):
+    needs(LAUNCHER_COMPONENTS["mpirun"], LAUNCHERS.create("mpirun").unavailable_reason())
+    cache = tmp_path / "cache"
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
+               "--system", "absys", "--launcher", "mpirun", "--frameworks", "ddp", "--loaders", "synthetic",
+               "--models", TEST_MODEL, "--gpus", "1", *TINY_FLAGS, "--no-history", "--results-json", "r.json",
+               "--against", "git:HEAD~1", "--pairs", "6", "--max-pairs", "6"]
+    env = dict(os.environ, DLSCALE_CACHE=str(cache), PYTHONPATH=str(project))  # the project's harness is current
+    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    output = done.stdout + done.stderr
+    parent = git(project, "rev-parse", "HEAD~1")
+
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, output[-3000:]
+    assert f"{CELL} regressed against the reference: git {parent[:10]} (HEAD~1): current/reference" in output
+    assert "current against reference: 1 commit(s): " in output and "each step does its work three times" in output
+    results = json.loads((project / "r.json").read_text())
+    cell, = results["paired_cells"]
+    assert cell["verdict"] == "regressed" and cell["launches"] == 12 and not cell["dropped"]
+    assert Counter(pair["order"] for pair in cell["pairs"]) == {"reference-first": 3, "current-first": 3}
+    assert cell["ratio"]["high"] < 0.97 and cell["ratio"]["value"] < 0.8, cell
+    assert results["against"]["difference"]["commits"][0].endswith("each step does its work three times")
+    # each side's ranks ran its own code: the parent exported from git, the project as it is
+    ran = {side: json.loads(next((project / "results").glob(f"*/cells/{side}/{CELL}/record-rank0.json"))
+                            .read_text())["harness"] for side in ("reference", "current")}
+    assert ran == {"reference": str(cache / "environments" / f"git-{parent}" / "harness"),
+                   "current": str(project / "harness")}

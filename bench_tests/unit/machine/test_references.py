@@ -1,0 +1,74 @@
+"""Reference environments of an A/B: each part of ``--against``, the git export, the difference
+between two environments, and the one-line errors of references that cannot be built."""
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from harness import HARNESS_SOURCE
+from harness.machine import references
+from harness.machine.references import ReferenceError
+
+REPO = HARNESS_SOURCE.parent
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A throwaway git project with two commits of a ``harness`` package."""
+    repo = tmp_path / "project"
+    (repo / "harness").mkdir(parents=True)
+
+    def commit(text: str) -> str:
+        (repo / "harness" / "__init__.py").write_text(text)
+        subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m",
+                        text], check=True)
+        return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    first = commit("FIRST = 1\n")
+    return SimpleNamespace(path=repo, first=first, second=commit("SECOND = 2\n"))
+
+
+def test_variables_set_and_unset_over_the_launch_environment():
+    base = references.Environment(label="current", source=REPO, launch_environment={"A": "1", "B": "2"}, commit=None)
+    reference = references.build(["env:A=3", "env:B", "env:C=x=y"], base)
+    assert reference.launch_environment == {"A": "3", "C": "x=y"}
+    assert reference.source == REPO and reference.label == "reference: A=3, without B, C=x=y"
+    assert references.difference(reference, base)["launch_environment"] == {
+        "A": ["3", "1"], "B": [None, "2"], "C": ["x=y", None]}
+
+
+def test_a_git_reference_is_its_commit_exported_once(project, tmp_path):
+    base = references.current({}, repo=project.path)
+    assert base.commit == project.second
+    reference = references.build(["git:HEAD~1"], base, repo=project.path, cache=tmp_path / "cache")
+    assert reference.commit == project.first
+    assert reference.label == f"reference: git {project.first[:10]} (HEAD~1)"
+    assert (reference.source / "harness" / "__init__.py").read_text() == "FIRST = 1\n"
+    again = references.build([f"git:{project.first}"], base, repo=project.path, cache=tmp_path / "cache")
+    assert again.source == reference.source and sorted(p.name for p in (tmp_path / "cache").iterdir()) == [
+        f"git-{project.first}"]  # nothing half-written beside it
+    difference = references.difference(reference, base, repo=project.path)
+    assert len(difference["commits"]) == 1 and difference["commits"][0].endswith("SECOND = 2")
+    assert "1 commit(s)" in references.describe_difference(difference)
+
+
+@pytest.mark.parametrize("parts, message", [
+    (["git:no-such-ref"], "--against git:no-such-ref: no such commit in"),
+    (["torch==2.13.1"], "--against torch==2.13.1: not a reference; say one of git:REF, env:NAME=VALUE or env:NAME"),
+    (["env:"], "--against env:: not a reference"),
+    (["env:A-B=1"], "--against env:A-B=1: 'A-B' is not a variable name"),
+    ([], "--against: no reference given"),
+])
+def test_a_reference_that_cannot_be_built_is_one_line_naming_it(project, tmp_path, parts, message):
+    with pytest.raises(ReferenceError) as error:
+        references.build(parts, references.current({}, repo=project.path), repo=project.path, cache=tmp_path / "cache")
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+def test_an_identical_environment_differs_in_nothing():
+    base = references.current({"A": "1"})
+    assert references.describe_difference(references.difference(base, base)) == "none (an A/A comparison)"

@@ -1,0 +1,147 @@
+"""The environments an A/B comparison launches side by side (``--against``): the current one, and a
+reference that differs from it in the project's code (a git commit), in the variables its ranks
+get, or both.
+
+A reference is given as parts, each one ``--against`` option:
+
+    git:REF          the project at REF (a commit, branch, tag, ``HEAD~3``): its ``harness`` package,
+                     exported once from git into the cache and put first on the ranks' PYTHONPATH
+    env:NAME=VALUE   the ranks get NAME=VALUE (over the launch environment, --launch-env)
+    env:NAME         the ranks do not get NAME from the launch environment
+
+A reference that cannot be built is a :class:`ReferenceError` with one line naming it, raised
+before any launch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from harness import HARNESS_SOURCE
+
+FORMS = "git:REF, env:NAME=VALUE or env:NAME"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class ReferenceError(ValueError):
+    """A reference environment that cannot be built: an unknown commit, a malformed part."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Environment:
+    label: str
+    source: Path
+    """The directory whose ``harness`` package the ranks import (first on their PYTHONPATH)."""
+    launch_environment: Mapping[str, str]
+    """Every variable the ranks get from the suite (the launch environment)."""
+    commit: str | None
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "source": str(self.source), "commit": self.commit,
+                "launch_environment": dict(self.launch_environment)}
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("DLSCALE_CACHE") or Path.home() / ".cache" / "dlscale") / "environments"
+
+
+def current(launch_environment: Mapping[str, str], repo: Path = HARNESS_SOURCE.parent) -> Environment:
+    return Environment(label="current", source=HARNESS_SOURCE.parent, launch_environment=dict(launch_environment),
+                       commit=_commit_of(repo, "HEAD"))
+
+
+def build(parts: Sequence[str], base: Environment, *, repo: Path = HARNESS_SOURCE.parent,
+          cache: Path | None = None) -> Environment:
+    """The reference ``parts`` describe, built from ``base`` (the current environment)."""
+    if not parts:
+        raise ReferenceError(f"--against: no reference given; say one of {FORMS}")
+    variables = dict(base.launch_environment)
+    source, commit, labels = base.source, base.commit, []
+    for part in parts:
+        kind, _, value = part.partition(":")
+        if kind == "git" and value:
+            commit = _commit_of(repo, value)
+            if commit is None:
+                raise ReferenceError(f"--against git:{value}: no such commit in {repo}")
+            source = _exported(repo, commit, cache or default_cache())
+            labels.append(f"git {commit[:10]} ({value})" if not commit.startswith(value) else f"git {commit[:10]}")
+        elif kind == "env" and value:
+            name, has_value, setting = value.partition("=")
+            if not _NAME.match(name):
+                raise ReferenceError(f"--against env:{value}: {name!r} is not a variable name")
+            if has_value:
+                variables[name] = setting
+                labels.append(f"{name}={setting}")
+            else:
+                variables.pop(name, None)
+                labels.append(f"without {name}")
+        else:
+            raise ReferenceError(f"--against {part}: not a reference; say one of {FORMS}")
+    return Environment(label="reference: " + ", ".join(labels), source=source, launch_environment=variables,
+                       commit=commit)
+
+
+def difference(reference: Environment, current_env: Environment, repo: Path = HARNESS_SOURCE.parent) -> dict:
+    """What the current environment changed against the reference: the commits from the reference's
+    to the current one (``git log``), and each launch variable whose value differs (None: unset)."""
+    names = sorted(set(reference.launch_environment) | set(current_env.launch_environment))
+    variables = {name: [reference.launch_environment.get(name), current_env.launch_environment.get(name)]
+                 for name in names if reference.launch_environment.get(name) != current_env.launch_environment.get(name)}
+    commits: list[str] = []
+    if reference.commit and current_env.commit and reference.commit != current_env.commit:
+        commits = _git(repo, "log", "--oneline", "--no-decorate", f"{reference.commit}..{current_env.commit}") \
+            .splitlines() or [f"(the current commit {current_env.commit[:10]} is not after the reference's)"]
+    return {"commits": commits, "launch_environment": variables}
+
+
+def describe_difference(diff: Mapping) -> str:
+    """The difference in one line, for the summary."""
+    parts = []
+    if diff.get("commits"):
+        parts.append(f"{len(diff['commits'])} commit(s): " + "; ".join(diff["commits"][:5])
+                     + (" ..." if len(diff["commits"]) > 5 else ""))
+    for name, (was, now) in diff.get("launch_environment", {}).items():
+        parts.append(f"{name}: {'unset' if was is None else was} -> {'unset' if now is None else now}")
+    return ", ".join(parts) or "none (an A/A comparison)"
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60)
+    return done.stdout if done.returncode == 0 else ""
+
+
+def _commit_of(repo: Path, ref: str) -> str | None:
+    if shutil.which("git") is None:
+        return None
+    return _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip() or None
+
+
+def _exported(repo: Path, commit: str, cache: Path) -> Path:
+    """The ``harness`` package of ``commit``, exported once into ``cache/git-<commit>`` (written
+    beside it and renamed, so a cut-short export is never taken for a whole one)."""
+    target = cache / f"git-{commit}"
+    if (target / "harness" / "__init__.py").is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".git-{commit[:10]}-", dir=cache))
+    try:
+        archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit, "harness"],
+                                 capture_output=True, timeout=120)
+        if archive.returncode != 0:
+            raise ReferenceError(f"--against git:{commit[:10]}: git archive failed: "
+                                 f"{archive.stderr.decode(errors='replace').strip().splitlines()[-1:]}")
+        subprocess.run(["tar", "-x", "-C", str(staging)], input=archive.stdout, check=True, timeout=120)
+        try:
+            staging.rename(target)
+        except OSError:  # another session exported it meanwhile
+            if not (target / "harness" / "__init__.py").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
