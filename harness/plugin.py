@@ -40,6 +40,8 @@ CELL_FIXTURE, ACCURACY_CELL_FIXTURE = "dlscale_cell", "dlscale_accuracy_cell"
 """The arguments a test takes to be parametrized by the matrix: names no other project uses."""
 UNJUDGED = ("no-baseline", "stale", "machine-differs")
 """Verdicts of a cell that was measured but not judged; ``--strict-verdicts`` fails them."""
+CONFIRMABLE = ("fail", "inconclusive", "machine-differs")
+"""Verdicts against a stored baseline that ``--confirm`` puts to an A/B against the baseline's environment."""
 OPTIONS = (
     # (flag, dest, help, type)
     ("--launcher", "launcher", f"{', '.join(LAUNCHERS.names())} (default: srun inside an allocation or when a "
@@ -100,6 +102,8 @@ OPTIONS = (
     ("--min-effect", "min_effect", "with --against: smallest relative change in throughput called regressed or "
                                    "improved", float),
     ("--pairs-budget", "pairs_budget", "with --against: seconds a cell's pairs may take", float),
+    ("--system-changes", "system_changes", "with --confirm: fail or pass a cell whose slowdown the A/B puts on the "
+                                           "node, not the software", str),
 )
 
 
@@ -130,6 +134,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--against", dest="dlscale_against", action="append", default=[], metavar="REF",
                     help="measure each cell as pairs of launches against a reference environment in this session "
                          f"and judge their ratio; REF: {FORMS} (repeatable: the parts of one reference)")
+    group.addoption("--confirm", dest="dlscale_confirm", action="store_true",
+                    help="confirm a cell judged fail, inconclusive or machine-differs by an A/B (as --against) "
+                         "against the environment its baseline was recorded with: a software or a system change "
+                         "(the nightly recipe sets it)")
     group.addoption("--accept-regressions", dest="dlscale_accept_regressions", action="store_true",
                     help="with --update-baselines, record cells judged fail too (a slowdown you accept)")
     group.addoption("--strict-verdicts", dest="dlscale_strict", action="store_true",
@@ -162,6 +170,7 @@ def pytest_configure(config: pytest.Config) -> None:
         values["history_dir"] = None
     values["launch_env"] = tuple(config.getoption("dlscale_launch_env"))
     values["against"] = tuple(config.getoption("dlscale_against"))
+    values["confirm"] = config.getoption("dlscale_confirm")
     values["yardstick"] = not config.getoption("dlscale_no_yardstick")
     values["accept_regressions"] = config.getoption("dlscale_accept_regressions")
     try:
@@ -262,13 +271,21 @@ class Measure:
                             pytrace=False)
             where = f" (repeat {repeat + 1})" if self.suite.options.repeat > 1 else ""
             failing += [v.message + where for v in result.verdicts if v.failed]
-        if failing and not self.suite.options.accept_regressions:
+        options = self.suite.options
+        if options.confirm and not options.update_baselines and result.verdict in CONFIRMABLE:
+            confirmation = self.suite.confirm(result, on_progress=_Progress(self.config))
+            if confirmation.cause == "system" and options.system_changes == "pass":
+                return
+            failing = [f"{message}; confirmed: {confirmation.message}" for message in failing]
+        if failing and not options.accept_regressions:
             pytest.fail(f"{cell.id} regressed: " + "; ".join(failing), pytrace=False)
-        if self.suite.options.update_baselines:
+        if options.update_baselines:
             return
         if self.config.getoption("dlscale_strict") and result.verdict in UNJUDGED:
+            confirmed = f"; confirmed: {result.confirmation['message']}" if result.confirmation else ""
             pytest.fail(f"{cell.id} {result.verdict} (--strict-verdicts): "
-                        + "; ".join(v.message for v in result.verdicts if v.kind in UNJUDGED), pytrace=False)
+                        + "; ".join(v.message for v in result.verdicts if v.kind in UNJUDGED) + confirmed,
+                        pytrace=False)
 
     def _check_against(self, cell) -> None:
         result = self.suite.measure_against(cell, on_progress=_Progress(self.config))
@@ -359,11 +376,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         _report_baseline_changes(terminalreporter, suite)
     if suite.baseline_error:
         terminalreporter.write_line(f"baselines not updated: {suite.baseline_error}", red=True)
-    if suite.results and suite.options.results_json:
+    measured = suite.results or suite.paired_results
+    if measured and suite.options.results_json:
         terminalreporter.write_line(f"results written to {suite.options.results_json}")
-    if suite.results and suite.options.report and INTERRUPTS.hurry:
+    if measured and suite.options.report and INTERRUPTS.hurry:
         skipped.append("the HTML report")
-    elif suite.results and suite.options.report:
+    elif measured and suite.options.report:
         with INTERRUPTS.writing():
             collectives = project_root(config.inipath, config.invocation_params.dir) / COLLECTIVES_FILE
             index = write_report(suite.results_document(), suite.options.report,
@@ -420,6 +438,8 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
         for verdict in result.verdicts:
             if verdict.kind in ("fail", "inconclusive", "stale", "machine-differs", "faster"):
                 terminalreporter.write_line(f"{result.cell.id}: {verdict.kind}: {verdict.message}")
+        if result.confirmation:
+            terminalreporter.write_line(f"{result.cell.id}: {result.verdict} confirmed: {result.confirmation['message']}")
         if result.stack_changes:
             terminalreporter.write_line(f"{result.cell.id}: {result.verdict} with software changed since the "
                                         f"baseline: {', '.join(result.stack_changes)}")

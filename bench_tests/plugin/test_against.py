@@ -1,6 +1,7 @@
 """An A/B in one session as a user runs it (``--against``): a project whose last commit adds real
-work to every training step, measured against its parent, pair by pair through a real launcher.
-The long proofs (A/A false-positive rate, power at 15% and 5%, drift) are opt-in benchmarks."""
+work to every training step, measured against its parent, pair by pair through a real launcher;
+and ``--confirm``, which asks of a cell that fails its stored baseline whether the software or the
+system changed."""
 import json
 import os
 import shutil
@@ -29,6 +30,15 @@ def git(project: Path, *args: str) -> str:
                            *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
+def suite(project: Path, *flags: str, cache: Path) -> subprocess.CompletedProcess:
+    """The project's scaling suite as a user runs it, its harness the current one."""
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
+               "--system", "absys", "--launcher", "mpirun", "--frameworks", "ddp", "--loaders", "synthetic",
+               "--models", TEST_MODEL, "--gpus", "1", *TINY_FLAGS, "--no-history", "--results-json", "r.json", *flags]
+    env = dict(os.environ, DLSCALE_CACHE=str(cache), PYTHONPATH=str(project))
+    return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=900)
+
+
 @pytest.fixture
 def project(tmp_path):
     """This checkout's harness as a project of two commits: as it is, then with slower steps."""
@@ -49,12 +59,7 @@ def project(tmp_path):
 def test_a_commit_that_slows_every_step_regresses_against_its_parent(project, tmp_path):
     needs(LAUNCHER_COMPONENTS["mpirun"], LAUNCHERS.create("mpirun").unavailable_reason())
     cache = tmp_path / "cache"
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
-               "--system", "absys", "--launcher", "mpirun", "--frameworks", "ddp", "--loaders", "synthetic",
-               "--models", TEST_MODEL, "--gpus", "1", *TINY_FLAGS, "--no-history", "--results-json", "r.json",
-               "--against", "git:HEAD~1", "--pairs", "6", "--max-pairs", "6"]
-    env = dict(os.environ, DLSCALE_CACHE=str(cache), PYTHONPATH=str(project))  # the project's harness is current
-    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    done = suite(project, "--against", "git:HEAD~1", "--pairs", "6", "--max-pairs", "6", cache=cache)
     output = done.stdout + done.stderr
     parent = git(project, "rev-parse", "HEAD~1")
 
@@ -72,3 +77,34 @@ def test_a_commit_that_slows_every_step_regresses_against_its_parent(project, tm
                             .read_text())["harness"] for side in ("reference", "current")}
     assert ran == {"reference": str(cache / "environments" / f"git-{parent}" / "harness"),
                    "current": str(project / "harness")}
+
+
+def test_a_cell_failing_its_baseline_in_the_baselines_own_environment_is_a_system_change(project, tmp_path):
+    """The baseline was recorded with this commit and these packages: a cell that now fails it can
+    only have met a changed node, said without a launch more; ``--system-changes pass`` passes it."""
+    needs(LAUNCHER_COMPONENTS["mpirun"], LAUNCHERS.create("mpirun").unavailable_reason())
+    cache = tmp_path / "cache"
+    recorded = suite(project, "--update-baselines", "--widest-baseline", "inf", "--measure-budget", "0", cache=cache)
+    assert recorded.returncode == 0, (recorded.stdout + recorded.stderr)[-3000:]
+    path = project / "baselines" / "absys.json"
+    baselines = json.loads(path.read_text())
+    entry = baselines["cells"][CELL]
+    packages = json.loads((project / "baselines" / "environments" / f"{entry['provenance']['environment']}.json")
+                          .read_text())["packages"]
+    assert packages["torch"] == entry["provenance"]["versions"]["torch"] and len(packages) > 40
+    entry["throughput"]["value"] *= 3  # as if the node had been three times as fast that day
+    path.write_text(json.dumps(baselines))
+
+    judged = suite(project, "--confirm", "--no-yardstick", "--measure-budget", "0", cache=cache)
+    output = judged.stdout + judged.stderr
+    assert judged.returncode == pytest.ExitCode.TESTS_FAILED, output[-3000:]
+    assert f"{CELL} regressed: " in output
+    assert "confirmed: system: the baseline was recorded with this very environment (commit " in output
+    cell, = json.loads((project / "r.json").read_text())["cells"]
+    assert cell["verdict"] == "fail" and cell["confirmation"]["cause"] == "system"
+
+    passed = suite(project, "--confirm", "--no-yardstick", "--measure-budget", "0", "--system-changes", "pass",
+                   cache=cache)
+    assert passed.returncode == 0, (passed.stdout + passed.stderr)[-3000:]
+    assert f"{CELL}: fail confirmed: system: " in passed.stdout
+

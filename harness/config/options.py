@@ -15,6 +15,7 @@ DEFAULT_MEASURE_BUDGET_S = 90.0
 """A launch of a default CPU cell takes 25-35 s here: room for two more when the first leaves the
 cell imprecise or inconclusive (at 45 s, none ever fitted: every history row had one launch)."""
 DEVICES = ("auto", "cpu", "cuda")
+SYSTEM_CHANGES = ("fail", "pass")
 AT_LEAST = {"image_size": 1, "batch_size": 1, "steps": 1, "warmup_steps": 0, "num_workers": 0, "repeat": 1,
             "measure_budget": 0, "cores_per_rank": 1, "ps_servers": 1, "pairs": 6, "max_pairs": 6}
 """``pairs``: the fewest with a 95% signed-rank interval (harness.judging.paired.MIN_PAIRS)."""
@@ -87,6 +88,12 @@ class SuiteOptions:
     identical environments on a 2-core VM spread their log ratios by about 1-2% (README)."""
     pairs_budget: float = 1800.0
     """Seconds a cell's A/B pairs may take."""
+    confirm: bool = False
+    """Confirm a cell judged fail, inconclusive or machine-differs against its stored baseline by an
+    A/B against the environment the baseline was recorded with (the nightly recipe sets it)."""
+    system_changes: str = "fail"
+    """With ``confirm``: whether a cell whose slowdown the A/B puts on the node, not the software,
+    fails (``fail``: an HPC centre's nightly wants to hear of a slow node) or passes (``pass``)."""
     fault: dict | None = None
     """A fault every launch injects on purpose (:mod:`harness.rank.faults`): the self-test's regressions.
     No command-line option sets it."""
@@ -107,6 +114,11 @@ def check_settings(options: SuiteOptions) -> None:
     if options.against and options.update_baselines:
         raise SuiteError("--against compares two environments in this session and records no baseline: "
                          "leave out --update-baselines")
+    if options.against and options.confirm:
+        raise SuiteError("--confirm confirms verdicts against stored baselines, and --against judges cells by "
+                         "pairs alone: give one of them")
+    if options.system_changes not in SYSTEM_CHANGES:
+        raise SuiteError(f"--system-changes: {options.system_changes!r} is not one of {', '.join(SYSTEM_CHANGES)}")
     if options.pairs > options.max_pairs:
         raise SuiteError(f"--pairs ({options.pairs}) must not exceed --max-pairs ({options.max_pairs})")
     if options.device not in DEVICES:

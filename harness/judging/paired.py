@@ -111,6 +111,14 @@ def judge_pairs(pairs: Sequence[Pair], *, min_effect: float, alpha: float = ALPH
                          flags=flags)
 
 
+def cause_of(verdict: PairedVerdict) -> str:
+    """Where a stored-baseline regression lies, by the A/B of the current environment against the
+    baseline's on the same node now: ``software`` where the current one is slower, ``system`` where
+    they run the same (or the current one is faster: the node lost more than the software), else
+    ``unknown``."""
+    return {"regressed": "software", "same": "system", "improved": "system"}.get(verdict.kind, "unknown")
+
+
 def bimodal(log_ratios: Sequence[float]) -> str | None:
     """The ratios fall into two groups: the widest gap between neighbours, with at least a quarter
     of the pairs on each side of it, is more than three times the spread within the groups (the

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import datetime
 import functools
+import hashlib
 import importlib.metadata
+import json
 import platform
 import socket
 import subprocess
@@ -41,6 +43,22 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def installed_packages() -> dict[str, str]:
+    """Every distribution this interpreter's environment holds, by normalised name, with its version:
+    what rebuilding the environment takes (the tracked few of :func:`package_versions` say less)."""
+    found = {}
+    for distribution in importlib.metadata.distributions():
+        name = distribution.metadata["Name"]
+        if name:
+            found[name.lower().replace("_", "-")] = distribution.version
+    return {"python": platform.python_version(), **dict(sorted(found.items()))}
+
+
+def environment_id(packages: dict[str, str]) -> str:
+    """A package set's content hash: the name of its record beside the baselines."""
+    return hashlib.sha256(json.dumps(packages, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def git_commit(repo: Path) -> str | None:
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -57,11 +75,14 @@ def version_text(executable: str) -> str | None:
     return command_output([executable, "--version"])
 
 
-def provenance(repo: Path) -> dict:
+def provenance(repo: Path, packages: dict[str, str] | None = None) -> dict:
+    """Where and with what: ``environment`` names the full package set (:func:`environment_id`) that
+    ``harness.store.environments`` keeps beside the baselines."""
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "cpu": cpu_model(),
         "git_commit": git_commit(repo),
         "versions": package_versions(),
+        **({"environment": environment_id(packages)} if packages is not None else {}),
     }

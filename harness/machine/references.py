@@ -111,6 +111,11 @@ def describe_difference(diff: Mapping) -> str:
     return ", ".join(parts) or "none (an A/A comparison)"
 
 
+def uncommitted_changes(repo: Path = HARNESS_SOURCE.parent) -> bool:
+    """Whether the harness in ``repo`` differs from its commit (``git status`` of ``harness/``)."""
+    return bool(_git(repo, "status", "--porcelain", "--untracked-files=no", "--", "harness").strip())
+
+
 def _git(repo: Path, *args: str) -> str:
     done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60)
     return done.stdout if done.returncode == 0 else ""

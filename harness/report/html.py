@@ -258,6 +258,36 @@ def _scaling_model_section(published: Mapping | None, collectives: Mapping | Non
     return "".join(parts)
 
 
+def _paired_section(results: Mapping) -> str:
+    """An A/B session's cells (``--against``): each cell's ratio and verdict, then every pair."""
+    paired = results.get("paired_cells") or []
+    if not paired:
+        return ""
+    against = results.get("against") or {}
+    difference = against.get("difference") or {}
+    changed = [*difference.get("commits", []), *(f"{name}: {was} -> {now}" for name, (was, now)
+                                                  in (difference.get("launch_environment") or {}).items())]
+    rows = [["cell", "pairs", "current/reference (95% CI)", "p", "verdict", "flags"]]
+    for cell in paired:
+        ratio = cell.get("ratio") or {}
+        rows.append([cell["cell"], len(cell.get("pairs", [])),
+                     _interval((ratio["value"], ratio.get("low"), ratio.get("high")), 3) if ratio else "-",
+                     f"{cell['p_value']:.3g}" if cell.get("p_value") is not None else "-", cell["verdict"],
+                     "; ".join(cell.get("flags") or []) or cell.get("error") or ""])
+    parts = [f"<h2>A/B against the {html.escape(str((against.get('reference') or {}).get('label')))}</h2>",
+             "<p class='note'>Pairs of launches in this session, the order inside each pair balanced and random; "
+             f"the current environment changed: {html.escape('; '.join(changed) or 'nothing (A/A)')}</p>",
+             _table(rows)]
+    for cell in paired:
+        pairs = [["#", "order", "reference img/s", "current img/s", "current/reference"]]
+        pairs += [[index + 1, pair["order"], f"{pair['reference']:.1f}", f"{pair['current']:.1f}",
+                   f"{pair['current'] / pair['reference']:.3f}"] for index, pair in enumerate(cell.get("pairs", []))]
+        parts += [f"<h3>{html.escape(cell['cell'])}</h3>", _table(pairs)]
+        if cell.get("dropped"):
+            parts.append("<ul>" + "".join(f"<li>dropped: {html.escape(line)}</li>" for line in cell["dropped"]) + "</ul>")
+    return "".join(parts)
+
+
 def _provenance_section(results: Mapping) -> str:
     provenance = results.get("provenance") or {}
     workload = results.get("workload") or {}
@@ -287,6 +317,8 @@ def write_report(results: Path | Mapping, out_dir: Path, *, collectives: Path | 
     verdict_lines = [f"<li><b>{html.escape(cell['cell'])}</b>: {html.escape(v.get('kind', ''))}: "
                      f"{html.escape(v.get('message', ''))}</li>"
                      for cell in cells for v in cell.get("verdicts") or [] if v.get("kind") != "pass"]
+    verdict_lines += [f"<li><b>{html.escape(cell['cell'])}</b>: confirmed: "
+                      f"{html.escape(cell['confirmation']['message'])}</li>" for cell in cells if cell.get("confirmation")]
     errors = [f"<li><b>{html.escape(cell['cell'])}</b>: <pre>{html.escape(cell['error'])}</pre></li>"
               for cell in cells if cell.get("error")]
     provenance = results.get("provenance") or {}
@@ -300,6 +332,7 @@ def write_report(results: Path | Mapping, out_dir: Path, *, collectives: Path | 
         "<h2>Figures</h2>",
         *(f'<p><img src="{html.escape(path.name)}" alt="{html.escape(path.stem)}"></p>' for path in figures),
         *(["<h2>History</h2>", f'<p><img src="{trend.name}" alt="history"></p>'] if trend else []),
+        _paired_section(results),
         _framework_section(cells),
         _breakdown_section(cells),
         _communication_section(collectives, cells, results.get("workload")),

@@ -12,7 +12,7 @@ from typing import Callable
 
 from harness.config.cells import Cell
 from harness.judging.metrics import parallel_efficiency, summarize, trim_warmup
-from harness.judging.paired import ORDERS, Pair, PairedVerdict, judge_pairs, next_orders, pairs_wanted
+from harness.judging.paired import ORDERS, Pair, PairedVerdict, cause_of, judge_pairs, next_orders, pairs_wanted
 from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.session.results import estimate_json
@@ -88,13 +88,14 @@ def measure_pairs(cell: Cell, reference: Environment, launch: LaunchFn, settings
         per_pair = (time.monotonic() - started) / max(1, len(result.pairs) + len(result.dropped))
         if result.pairs and per_pair * (target - len(result.pairs)) > settings.budget_s - (time.monotonic() - started):
             break
-        for order in next_orders(target - len(result.pairs), [pair.order for pair in result.pairs], rng):
-            _one_pair(result, order, launch)
-            if len(result.dropped) >= 2 and len(result.dropped) > len(result.pairs):
-                result.error = (f"{len(result.dropped)} of {len(result.dropped) + len(result.pairs)} pairs failed; "
-                                f"last: {result.dropped[-1]}")
-                result.wall_s = time.monotonic() - started
-                return result
+        while len(result.pairs) < target:  # a dropped pair is made up for, the orders rebalanced
+            for order in next_orders(target - len(result.pairs), [pair.order for pair in result.pairs], rng):
+                _one_pair(result, order, launch)
+                if len(result.dropped) >= 2 and len(result.dropped) > len(result.pairs):
+                    result.error = (f"{len(result.dropped)} of {len(result.dropped) + len(result.pairs)} pairs "
+                                    f"failed; last: {result.dropped[-1]}")
+                    result.wall_s = time.monotonic() - started
+                    return result
         if len(result.pairs) >= 2:
             result.verdict = judge_pairs(result.pairs, min_effect=settings.min_effect)
             if on_progress:
@@ -128,3 +129,32 @@ def side_efficiency(result: PairedResult, reference_result: PairedResult, ranks:
         return None
     return {side: parallel_efficiency(result.median(side), ranks, reference_result.median(side), reference_ranks)
             for side in SIDES}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Confirmation:
+    """A stored-baseline verdict confirmed by an A/B against the baseline's environment."""
+    cause: str
+    """``software`` (the current environment is slower than the baseline's, here and now),
+    ``system`` (both run the same: the node changed) or ``unknown``."""
+    message: str
+    paired: PairedResult | None = None
+
+    def to_json(self) -> dict:
+        return {"cause": self.cause, "message": self.message,
+                "paired": self.paired.to_json() if self.paired else None}
+
+
+def confirmed_by(paired: PairedResult, difference: str) -> Confirmation:
+    """What an A/B of the current environment against the baseline's says about a cell's verdict."""
+    if paired.verdict is None:
+        return Confirmation(cause="unknown", message=f"the A/B against the baseline's environment failed: {paired.error}",
+                            paired=paired)
+    cause = cause_of(paired.verdict)
+    reading = {"software": "software: the current environment is slower than the baseline's on this node, now",
+               "system": "system: both environments run the same on this node now, so the node is slower or "
+                         "faster than when the baseline was recorded",
+               "unknown": "unknown: the A/B against the baseline's environment is inconclusive"}[cause]
+    return Confirmation(cause=cause, message=f"{reading} ({paired.verdict.message}); changed since the baseline: "
+                                             f"{difference}", paired=paired)
+

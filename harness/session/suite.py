@@ -28,7 +28,7 @@ from harness.launch.runner import run_cell
 from harness.machine.allocation import launch_environment
 from harness.machine.environment import capture as capture_environment
 from harness.machine import references
-from harness.machine.provenance import provenance
+from harness.machine.provenance import installed_packages, provenance
 from harness.machine.system import detect_system, rank_capacity
 from harness.rank.faults import Fault
 from harness.rank.frameworks import training_ranks
@@ -36,9 +36,11 @@ from harness.rank.spec import RankOptions
 from harness.rank.workload import Workload
 from harness.session import preflight
 from harness.session.evaluation import evaluate
-from harness.session.paired import PairedResult, PairSettings, measure_pairs, side_efficiency
+from harness.session.paired import (Confirmation, PairedResult, PairSettings, confirmed_by, measure_pairs,
+                                    side_efficiency)
 from harness.session.results import AccuracyResult, CellResult
-from harness.store.baselines import BaselineFile
+from harness.store import environments
+from harness.store.baselines import BaselineError, BaselineFile
 from harness.store.history import append as append_history
 from harness.store.history import read as read_history
 
@@ -142,7 +144,8 @@ class Suite:
         self._workload = self.workload()
         self.cores_per_rank = preflight.cores_per_rank(options, preflight.processes(
             self.cells(), self.ps_servers, self._rank_capacity[0]), self.uses_gpus)
-        self._provenance = provenance(HARNESS_SOURCE)
+        self._packages = installed_packages()
+        self._provenance = provenance(HARNESS_SOURCE, self._packages)
         self._environment = capture_environment()
         self.run_id = uuid.uuid4().hex[:12]
         self.limits = preflight.run_limits(options)
@@ -193,21 +196,10 @@ class Suite:
         return result
 
     def measure_against(self, cell: Cell, on_progress: Callable[[str], None] | None = None) -> PairedResult:
-        """Measure the cell as pairs of launches, the reference environment's and the current one's,
-        on the same nodes in balanced random order; judge the pairs' ratios."""
+        """Measure the cell as pairs of launches, the reference environment's (``--against``) and the
+        current one's, on the same nodes in balanced random order; judge the pairs' ratios."""
         self.prepare()
-        sides = {"reference": (self.reference_launcher, self.reference_environment),
-                 "current": (self.launcher, self.current_environment)}
-
-        def launch(side: str):
-            launcher, environment = sides[side]
-            return run_cell(cell, self._workload, launcher, workdir=self.options.workdir / side, limits=self.limits,
-                            options=self._rank_options(), on_progress=on_progress, source=environment.source)
-
-        o = self.options
-        result = measure_pairs(cell, self.reference_environment, launch,
-                               PairSettings(first=o.pairs, most=o.max_pairs, min_effect=o.min_effect,
-                                            budget_s=o.pairs_budget), on_progress=on_progress)
+        result = self._pairs(cell, self.reference_environment, self.reference_launcher, on_progress)
         reference_cell = preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers)
         for earlier in self.paired_results:
             if earlier.cell == reference_cell:
@@ -215,9 +207,65 @@ class Suite:
                     result, earlier, training_ranks(cell.framework, cell.ranks, self.ps_servers),
                     training_ranks(reference_cell.framework, reference_cell.ranks, self.ps_servers))
         self.paired_results.append(result)
-        if self.options.results_json:
-            self.write_results(self.options.results_json)
+        self._keep_results()
         return result
+
+    def confirm(self, result: CellResult, on_progress: Callable[[str], None] | None = None) -> Confirmation:
+        """Confirm a cell's stored-baseline verdict by an A/B against the environment its baseline
+        was recorded with, on this node now: a software or a system change (harness.session.paired)."""
+        recorded = (self.baselines.entry(result.cell.id) or {}).get("provenance") or {}
+        try:
+            reference = self._baseline_environment(recorded)
+        except references.ReferenceError as error:
+            confirmation = Confirmation(cause="unknown", message=f"not confirmed by an A/B: {error}")
+        else:
+            if reference is None:
+                confirmation = Confirmation(
+                    cause="system", message=f"system: the baseline was recorded with this very environment (commit "
+                                            f"{str(recorded['git_commit'])[:10]}, the same packages): the node changed")
+            else:
+                confirmation = confirmed_by(self._pairs(result.cell, reference, self.launcher, on_progress),
+                                            references.describe_difference(
+                                                references.difference(reference, self.current_environment)))
+        result.confirmation = confirmation.to_json()
+        self._keep_results()
+        return confirmation
+
+    def _baseline_environment(self, recorded: dict) -> references.Environment | None:
+        """The environment a baseline entry's provenance names, as a reference; None where it is the
+        current one. :class:`references.ReferenceError` where it cannot be built here."""
+        commit = recorded.get("git_commit")
+        if not commit:
+            raise references.ReferenceError("the baseline records no git commit")
+        recorded_packages = environments.load(self.options.baselines_dir, recorded.get("environment") or "")
+        if recorded_packages is not None:
+            changed = environments.changes(recorded_packages, self._packages)
+        else:  # a baseline from before full package sets were kept: its tracked versions
+            versions = recorded.get("versions") or {}
+            changed = environments.changes(versions, {k: v for k, v in self._provenance["versions"].items() if k in versions})
+        if changed:
+            raise references.ReferenceError(
+                f"its packages differ ({', '.join(changed[:4])}{' ...' if len(changed) > 4 else ''}), and references "
+                f"with other packages are not built yet")
+        if commit == self.current_environment.commit and not references.uncommitted_changes():
+            return None
+        return references.build([f"git:{commit}"], self.current_environment)
+
+    def _pairs(self, cell: Cell, reference: references.Environment, reference_launcher: Launcher,
+               on_progress: Callable[[str], None] | None) -> PairedResult:
+        sides = {"reference": (reference_launcher, reference), "current": (self.launcher, self.current_environment)}
+        # A pair's ratio cancels the node's speed, which the yardstick would time: not run.
+        rank_options = dataclasses.replace(self._rank_options(), yardstick=False)
+
+        def launch(side: str):
+            launcher, environment = sides[side]
+            return run_cell(cell, self._workload, launcher, workdir=self.options.workdir / side, limits=self.limits,
+                            options=rank_options, on_progress=on_progress, source=environment.source)
+
+        o = self.options
+        return measure_pairs(cell, reference, launch, PairSettings(first=o.pairs, most=o.max_pairs,
+                                                                   min_effect=o.min_effect, budget_s=o.pairs_budget),
+                             on_progress=on_progress)
 
     def _rank_options(self) -> RankOptions:
         return RankOptions(device=self.options.device, cores_per_rank=self.cores_per_rank or None,
@@ -239,6 +287,9 @@ class Suite:
     def _keep(self, result: CellResult | AccuracyResult) -> None:
         """A result just added to the session's: its history line, and the results file again."""
         self._append_history(result)
+        self._keep_results()
+
+    def _keep_results(self) -> None:
         if self.options.results_json:
             self.write_results(self.options.results_json)
 
@@ -306,4 +357,8 @@ class Suite:
                     for result in self.accuracy_results if result.outcome]
         if not entries:
             return []
+        try:
+            environments.keep(self.options.baselines_dir, self._packages)
+        except OSError as error:
+            raise BaselineError(f"cannot keep the environment's package set: {error.strerror}: {error.filename}") from None
         return self.baselines.update(entries)

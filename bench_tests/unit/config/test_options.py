@@ -11,6 +11,8 @@ from harness.config.options import SuiteError, SuiteOptions, check_settings
     ({"against": ("env:X=1",), "max_pairs": 4, "pairs": 4}, "--pairs must be at least 6, got 4"),
     ({"against": ("env:X=1",), "min_effect": 0.0}, "--min-effect must be greater than 0, got 0.0"),
     ({"against": ("env:X=1",), "pairs_budget": -1.0}, "--pairs-budget must be greater than 0, got -1.0"),
+    ({"against": ("env:X=1",), "confirm": True}, "--confirm confirms verdicts against stored baselines, and --against"),
+    ({"confirm": True, "system_changes": "ignore"}, "--system-changes: 'ignore' is not one of fail, pass"),
 ])
 def test_a_b_settings_no_comparison_could_run_with(settings, message):
     with pytest.raises(SuiteError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from harness.judging.paired import (ORDERS, Pair, bimodal, drifted, judge_pairs, median_interval, next_orders,
+from harness.judging.paired import (ORDERS, Pair, bimodal, cause_of, drifted, judge_pairs, median_interval, next_orders,
                                     pairs_wanted, signed_rank_null)
 
 MIN_EFFECT = 0.03
@@ -100,3 +100,13 @@ def test_orders_are_balanced_and_random():
 def test_rounds_double_up_to_the_most():
     assert [pairs_wanted(n, 8, 32) for n in (0, 7, 8, 15, 16, 31, 32)] == [8, 8, 16, 16, 32, 32, None]
     assert [pairs_wanted(n, 6, 20) for n in (0, 6, 12, 20)] == [6, 12, 20, None]
+
+
+@pytest.mark.parametrize("ratios, cause", [
+    ([0.85, 0.86, 0.84, 0.85, 0.87, 0.83, 0.86, 0.85], "software"),  # slower than the baseline's environment
+    ([1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.01, 0.99], "system"),  # the same: the node changed
+    ([1.15, 1.12, 1.18, 1.14, 1.16, 1.13, 1.17, 1.15], "system"),
+    ([0.80, 1.20, 0.90, 1.10, 0.85, 1.15, 0.95, 1.05], "unknown"),
+])
+def test_a_confirmation_puts_the_change_on_the_software_or_the_system(ratios, cause):
+    assert cause_of(judge_pairs(pairs_of(ratios), min_effect=MIN_EFFECT)) == cause

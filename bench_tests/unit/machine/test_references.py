@@ -72,3 +72,12 @@ def test_a_reference_that_cannot_be_built_is_one_line_naming_it(project, tmp_pat
 def test_an_identical_environment_differs_in_nothing():
     base = references.current({"A": "1"})
     assert references.describe_difference(references.difference(base, base)) == "none (an A/A comparison)"
+
+
+def test_uncommitted_changes_are_the_harness_files_git_tracks(project):
+    assert not references.uncommitted_changes(project.path)
+    (project.path / "harness" / "new_module.py").write_text("")  # untracked: not the commit's code, not a change
+    (project.path / "notes.txt").write_text("")
+    assert not references.uncommitted_changes(project.path)
+    (project.path / "harness" / "__init__.py").write_text("CHANGED = 1\n")
+    assert references.uncommitted_changes(project.path)

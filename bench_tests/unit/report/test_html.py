@@ -296,3 +296,20 @@ def test_projection_quotes_match_the_published_file():
     assert [(r["model"], r["gpus"], r["seconds"], r["relation"]) for r in runtimes] == \
         [(p.model, p.gpus, p.seconds, p.relation) for p in projection.STUDY_RUNTIMES]
     assert all(r["quote"] == p.quote for r, p in zip(runtimes, projection.STUDY_RUNTIMES))
+
+
+def test_an_a_b_session_reports_its_pairs_and_what_changed(tmp_path):
+    results = {"system": "s", "launcher": "mpirun", "cells": [], "provenance": {}, "workload": None,
+               "against": {"reference": {"label": "reference: git 0123456789 (HEAD~1)"},
+                           "difference": {"commits": ["0123456 slower steps"], "launch_environment": {"X": [None, "1"]}}},
+               "paired_cells": [{"cell": "ddp-synthetic-resnet44-g1", "verdict": "regressed", "p_value": 0.03125,
+                                 "ratio": {"value": 0.32, "low": 0.30, "high": 0.35}, "flags": [],
+                                 "pairs": [{"order": "reference-first", "reference": 60.0, "current": 20.0},
+                                           {"order": "current-first", "reference": 61.0, "current": 19.0}],
+                                 "dropped": ["current-first: the reference launch failed: rank 0: boom"]}]}
+    text = report.write_report(results, tmp_path).read_text()
+    assert "<h2>A/B against the reference: git 0123456789 (HEAD~1)</h2>" in text
+    assert "0123456 slower steps; X: None -&gt; 1" in text
+    assert "<td>0.320 [0.300, 0.350]</td><td>0.0312</td><td>regressed</td>" in text
+    assert "<td>2</td><td>current-first</td><td>61.0</td><td>19.0</td><td>0.311</td>" in text
+    assert "dropped: current-first: the reference launch failed: rank 0: boom" in text
