@@ -84,8 +84,7 @@ class SuiteOptions:
     """Pairs of the first round of an A/B; doubled while the verdict is inconclusive."""
     max_pairs: int = 32
     min_effect: float = 0.03
-    """Smallest change an A/B calls a regression or an improvement (relative throughput). A/A pairs of
-    identical environments on a 2-core VM spread their log ratios by about 1-2% (README)."""
+    """Smallest change an A/B calls a regression or an improvement (relative throughput)."""
     pairs_budget: float = 1800.0
     """Seconds a cell's A/B pairs may take."""
     confirm: bool = False

@@ -215,7 +215,7 @@ class Suite:
         was recorded with, on this node now: a software or a system change (harness.session.paired)."""
         recorded = (self.baselines.entry(result.cell.id) or {}).get("provenance") or {}
         try:
-            reference = self._baseline_environment(recorded)
+            reference = self._baseline_environment(recorded, result.stack_changes)
         except references.ReferenceError as error:
             confirmation = Confirmation(cause="unknown", message=f"not confirmed by an A/B: {error}")
         else:
@@ -231,18 +231,16 @@ class Suite:
         self._keep_results()
         return confirmation
 
-    def _baseline_environment(self, recorded: dict) -> references.Environment | None:
+    def _baseline_environment(self, recorded: dict, stack_changes: list[str]) -> references.Environment | None:
         """The environment a baseline entry's provenance names, as a reference; None where it is the
-        current one. :class:`references.ReferenceError` where it cannot be built here."""
+        current one. :class:`references.ReferenceError` where it cannot be built here. A baseline from
+        before full package sets were kept is compared by the tracked software (``stack_changes``)."""
         commit = recorded.get("git_commit")
         if not commit:
             raise references.ReferenceError("the baseline records no git commit")
         recorded_packages = environments.load(self.options.baselines_dir, recorded.get("environment") or "")
-        if recorded_packages is not None:
-            changed = environments.changes(recorded_packages, self._packages)
-        else:  # a baseline from before full package sets were kept: its tracked versions
-            versions = recorded.get("versions") or {}
-            changed = environments.changes(versions, {k: v for k, v in self._provenance["versions"].items() if k in versions})
+        changed = environments.changes(recorded_packages, self._packages) if recorded_packages is not None \
+            else stack_changes
         if changed:
             raise references.ReferenceError(
                 f"its packages differ ({', '.join(changed[:4])}{' ...' if len(changed) > 4 else ''}), and references "
