@@ -185,7 +185,7 @@ def test_a_killed_rank_of_another_runtime_fails_the_cell_and_leaves_nothing(laun
     rank 1 mid-run fails the cell, names the rank, and every process of the launch is gone."""
     entry = FRAMEWORKS.entry(framework)
     needs(framework_component(framework), unavailable(entry.runtime, entry))
-    cell = Cell(framework=framework, loader="synthetic", model="resnet44", ranks=2)
+    cell = Cell(framework=framework, loader="synthetic", model=TEST_MODEL, ranks=2)
     run = run_cell(cell, TINY.replace(steps=20), launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=60),
                    options=RankOptions(fault=Fault(rank=1, kind="exit", at_step=2)))
     assert run.status in ("failed", "hung"), run.error
@@ -201,7 +201,7 @@ def test_a_killed_parameter_server_fails_the_cell_names_it_and_leaves_nothing(la
     """The server (rank 2, beside workers 0 and 1) dies at its second timed update: the workers'
     next push finds no server, the cell fails before the heartbeat timeout, the error names the
     server, and every process of the launch is gone."""
-    cell = Cell(framework=framework, loader="synthetic", model="resnet44", ranks=3)
+    cell = Cell(framework=framework, loader="synthetic", model=TEST_MODEL, ranks=3)
     heartbeat = 60
     with Watch(tmp_path / cell.id / "spec.json", monkeypatch) as watch:
         run = run_cell(cell, TINY.replace(steps=20), launcher, workdir=tmp_path,

@@ -20,14 +20,14 @@ from harness.rank.runtime import unavailable
 from harness.rank.spec import RankOptions
 
 from ..components import fail_if_declared, framework_component, needs
-from ..workloads import TINY
+from ..workloads import TEST_MODEL, TINY
 
 pytestmark = pytest.mark.launch
 FRAMEWORK_NAMES = ("ddp", "horovod", "deepspeed")
 
 
 @pytest.mark.full  # CI's share: test_every_framework_learns_the_same_batch_from_the_same_start holds the three
-# to each other on ResNet44 over 20 steps (rel 1e-5); this is the same on ResNet50
+# to each other on ResNet20 over 20 steps (rel 1e-5); this is the same on ResNet50
 def test_same_seed_same_data_same_losses_at_two_ranks(tmp_path):
     for name in FRAMEWORK_NAMES:
         needs(framework_component(name), FRAMEWORKS.missing(name))
@@ -68,7 +68,7 @@ def test_every_framework_learns_the_same_batch_from_the_same_start(tmp_path):
             fail_if_declared(framework_component(name), reason)
             missing.append(f"{name} ({reason})")
             continue
-        cell = Cell(framework=name, loader="synthetic", model="resnet44", ranks=2)
+        cell = Cell(framework=name, loader="synthetic", model=TEST_MODEL, ranks=2)
         run = run_cell(cell, workload, launcher, workdir=tmp_path, options=RankOptions(threads_per_rank=1))
         assert run.ok, run.error
         losses = min(run.records, key=lambda r: r["rank"])["losses"]
@@ -105,7 +105,7 @@ def test_a_parameter_server_trains_as_all_reduce_does(framework, ranks, workers,
     entry = FRAMEWORKS.entry(framework)
     needs(framework_component(framework), unavailable(entry.runtime, entry))
     for name, count in ((framework, ranks), (all_reduce, workers)):
-        cell = Cell(framework=name, loader="synthetic", model="resnet44", ranks=count)
+        cell = Cell(framework=name, loader="synthetic", model=TEST_MODEL, ranks=count)
         run = run_cell(cell, workload, launcher, workdir=tmp_path, options=RankOptions(threads_per_rank=1))
         assert run.ok, run.error
         losses[name] = min(run.records, key=lambda r: r["rank"])["losses"]

@@ -16,7 +16,7 @@ from harness.rank.runtime import unavailable
 from harness.rank.spec import RankOptions
 
 from ..components import framework_component, needs
-from ..workloads import TINY
+from ..workloads import TEST_MODEL, TINY
 
 SOURCES = {"srun": "slurm", "mpirun": "openmpi", "torchrun": "torchrun"}
 
@@ -104,16 +104,16 @@ def framework_cell_parts(cell: tuple) -> list[tuple]:
 
 def ci_and_full(cells: list[tuple]) -> list:
     """The cells above with ResNet50, all for ci/test --full; CI's share (:func:`covering`: each
-    framework under each of its launchers, each loader in each runtime) with ResNet44, whose graph
-    TensorFlow traces in a third of ResNet50's time (a TensorFlow cell took 60-100 s at two ranks
-    here), and each other runtime's ResNet50 once, on its first framework's synthetic cell (torch's
-    is DDP's, above)."""
+    framework under each of its launchers, each loader in each runtime) with the test model, whose
+    graph TensorFlow traces in a fraction of ResNet50's time (a TensorFlow cell took 60-100 s at two
+    ranks here), and each other runtime's ResNet50 once, on its first framework's one-rank synthetic
+    cell (torch's is DDP's, above): the model is what that cell tests, its distribution the others."""
     ci = covering(cells, framework_cell_parts)
     model_cells = {next(cell for cell in cells if FRAMEWORKS.entry(cell[0]).runtime == runtime
-                        and cell[1:3] == ("srun", "synthetic") and cell[3] == 2)
+                        and cell[1:] == ("srun", "synthetic", 1))
                    for runtime in {FRAMEWORKS.entry(cell[0]).runtime for cell in cells} - {"torch"}}
     return ([pytest.param(*cell, "resnet50", marks=() if cell in model_cells else pytest.mark.full) for cell in cells]
-            + [pytest.param(*cell, "resnet44") for cell in cells if cell in ci and cell not in model_cells])
+            + [pytest.param(*cell, TEST_MODEL) for cell in cells if cell in ci])
 
 
 @pytest.mark.parametrize("framework, launcher, loader, ranks, model", ci_and_full(FRAMEWORK_CELLS),

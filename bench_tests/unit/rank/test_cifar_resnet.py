@@ -6,11 +6,15 @@ from harness.rank.cifar_resnet import cifar_resnet
 from harness.rank.models import build_model
 
 
-def test_resnet44_has_the_papers_layers_and_parameters():
-    model = build_model("resnet44", num_classes=10)
+@pytest.mark.parametrize("name, layers, parameters", [
+    ("resnet44", 44, 658_586),  # "0.66M" in He et al.'s Table 6
+    ("resnet20", 20, 269_722),  # "0.27M"
+])
+def test_a_cifar_resnet_has_the_papers_layers_and_parameters(name, layers, parameters):
+    model = build_model(name, num_classes=10)
     weighted = [m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
-    assert len(weighted) == 44
-    assert sum(p.numel() for p in model.parameters()) == 658_586  # "0.66M" in He et al.'s Table 6
+    assert len(weighted) == layers
+    assert sum(p.numel() for p in model.parameters()) == parameters
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
