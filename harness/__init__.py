@@ -1,6 +1,6 @@
 """dlscale's harness: the shared training loop, framework adapters, loaders, models, launchers,
 metrics and baselines behind the scaling suite in ``bench_tests/``. Its packages and their layers:
-README, "Architecture"."""
+docs/architecture.md, "Architecture"."""
 from pathlib import Path
 
 HARNESS_SOURCE = Path(__file__).resolve().parent

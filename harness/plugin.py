@@ -207,7 +207,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if _selected_cells(session.items):
-        # Ctrl-C, and SIGTERM from a batch system, as harness.common.interrupts describes (README, "Stopping a run").
+        # Ctrl-C, and SIGTERM from a batch system, as harness.common.interrupts describes
+        # (docs/usage.md, "Stopping a run").
         INTERRUPTS.install(session.config.stash[TERMINAL_FD_KEY])
         suite = session.config.stash[SUITE_KEY]
         try:

@@ -38,7 +38,7 @@ CONDITIONS = {
 }
 COMPETITION = ("two busy neighbours", "one busy neighbour", "memory-streaming neighbour")
 TRACKS_WITHIN = 0.12
-"""How far normalising may leave torch's slowdown under competition (the README's "about 8%", with
+"""How far normalising may leave torch's slowdown under competition (docs/verdicts.md's "about 8%", with
 room for the medians' own noise over 3 rounds)."""
 
 

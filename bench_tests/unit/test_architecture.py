@@ -1,8 +1,8 @@
 """The harness package's import graph has no cycle and no upward arrow: every module can be read
 (and tested) with only the modules below it, and each package imports only from its own layer or
-the layers below (README, "Architecture"). Imports inside functions (a framework imported lazily,
-the worker composing a rank) and under ``TYPE_CHECKING`` are not part of the graph: they run after
-every module has loaded."""
+the layers below (docs/architecture.md, "Architecture"). Imports inside functions (a framework
+imported lazily, the worker composing a rank) and under ``TYPE_CHECKING`` are not part of the graph:
+they run after every module has loaded."""
 from __future__ import annotations
 
 import ast

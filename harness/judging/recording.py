@@ -8,7 +8,7 @@ or the reason it is not recorded out. Writing the file is :mod:`harness.store.ba
 - Several measurements give the reference as their mean and the band as the prediction interval
   of one more measurement (:func:`harness.judging.stats.tolerance_from_repeats`), both as measured: the
   launches of one recording share a machine, and normalising them by the yardstick would add its
-  own launch-to-launch noise to theirs (README, "Machine yardstick").
+  own launch-to-launch noise to theirs (docs/verdicts.md, "Machine yardstick").
 - The machine yardstick is stored as the measurements' mean with its launch-to-launch noise, so
   that a later run normalises only a move of the machine's speed beyond it
   (:func:`harness.judging.yardstick.beyond_noise`).

@@ -146,7 +146,7 @@ def agreed(as_measured: str, normalised: str) -> str:
 
     The yardstick corrects a machine that changed speed, but on a shared node it also moves by
     itself from launch to launch (by -22%..+20% within an hour here, while the throughput moved by
-    -12%..+5%: README, "Machine yardstick"). So a normalised fail on a machine the yardstick says
+    -12%..+5%: docs/verdicts.md, "Machine yardstick"). So a normalised fail on a machine the yardstick says
     got faster, or a normalised pass of a drop the yardstick says the machine explains, is no
     verdict on its own: only a kind both readings give stands; pass and faster together are a pass;
     anything else is inconclusive, and the cell is measured again."""

@@ -8,7 +8,7 @@ kernel, model, loader or framework cannot slow the yardstick down and hide itsel
 normalisation. It is half compute (a single-threaded float32 matrix product that stays in cache)
 and half memory traffic (a streaming multiply over arrays larger than the caches), because a
 training step suffers both from competition for the cores and from competition for memory
-bandwidth. The yardstick tracks the first closely and the second only in part (see the README's
+bandwidth. The yardstick tracks the first closely and the second only in part (see docs/verdicts.md,
 "Machine yardstick").
 
 A throughput measured when the yardstick took ``y`` seconds, judged against a baseline whose
@@ -149,7 +149,7 @@ def speed_ratio(now: Yardstick | None, then: Yardstick | None) -> float | None:
 SAME_MACHINE_DRIFT = 0.30
 """How far a machine's speed by the yardstick may drift from its baseline's and still be taken for
 the same machine. Measured on this project's shared 2-core CI node: up to ~25% within a session
-(22% within one half-minute launch; README, "Machine yardstick"), while fresh VMs of the same
+(22% within one half-minute launch; docs/verdicts.md, "Machine yardstick"), while fresh VMs of the same
 "AMD EPYC" type ran the yardstick 2.5x-4.3x faster. Normalising carries a drift, not a change of
 machine: how far torch's speed follows the yardstick's is known only within that range."""
 

@@ -126,7 +126,8 @@ def test_fitted_to_one_point_each_the_study_model_reproduces_them_and_says_its_e
         assert check.efficiency == pytest.approx(check.point["value"], abs=0.005)
     predicted = [c for c in checks if not c.fitted]
     assert predicted and all(math.isfinite(c.efficiency) for c in predicted)
-    # the figures the README quotes for the predictions: a change to the model that moves them fails here
+    # the figures docs/scaling-model.md quotes for the predictions: a change to the model that moves
+    # them fails here
     assert scaling_validation.summary(checks) == ("2 stated value(s): median |error| 0.07, worst 0.08 (E_G units); "
                                                   "4 of 6 stated bound(s) hold")
 
