@@ -20,6 +20,7 @@ pytest.importorskip("pytest_benchmark", reason="the collective benchmark needs p
 
 from harness.common.jsonio import write_json_atomic  # noqa: E402
 from harness.machine.provenance import provenance  # noqa: E402
+from harness.rank.packages import tracked_packages  # noqa: E402
 from harness.report.collectives import AllReduceGroup, result_row  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ def group():
                 "kind": "collectives", "op": "allreduce", "backend": group.backend,
                 "device": str(group.torch_device), "ranks": RANKS, "dtype": "float32",
                 "statistic": "median over rounds of the time per call on rank 0",
-                "provenance": provenance(REPO),
+                "provenance": provenance(REPO, tracked=tracked_packages()),
                 "results": sorted(group.results, key=lambda row: row["bytes"]),
             })
 

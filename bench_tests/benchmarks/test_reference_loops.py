@@ -34,12 +34,13 @@ from typing import Mapping
 
 import pytest
 
-from harness.config.cells import PROFILES, Cell
+from harness.config.cells import PROFILES
 from harness.judging.metrics import step_samples, trim_warmup
 from harness.judging.stats import throughput_interval
 from harness.launch.launchers import LAUNCHERS, Launcher, LaunchRequest, with_harness_importable
 from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token
 from harness.launch.runner import run_cell
+from harness.rank.cell import Cell
 from harness.rank.contention import wait_share
 from harness.rank.frameworks import FRAMEWORKS, has_servers
 from harness.rank.rankenv import launch_port_block

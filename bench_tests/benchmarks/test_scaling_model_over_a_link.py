@@ -22,9 +22,9 @@ import subprocess
 
 import pytest
 
-from harness.config.cells import Cell
 from harness.launch.launchers import TorchrunLauncher
 from harness.launch.runner import RunLimits, run_cell
+from harness.rank.cell import Cell
 from harness.rank.spec import RankOptions
 from harness.report.network import Link
 from harness.report.scaling_model import Assumptions, Network, hidden_at_reference, model_of_records, step_s

@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
     import torch
     import torchvision
 
-    from harness.judging.yardstick import run_yardstick
+    from harness.machine.yardstick import run_yardstick
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

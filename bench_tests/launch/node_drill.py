@@ -20,9 +20,9 @@ from pathlib import Path
 import harness.launch.runner
 from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import write_json_atomic
-from harness.config.cells import Cell
 from harness.launch.launchers import MpirunLauncher, SrunLauncher, TorchrunLauncher
 from harness.launch.runner import RunLimits, run_cell
+from harness.rank.cell import Cell
 from harness.rank.faults import Fault
 from harness.rank.spec import RankOptions
 

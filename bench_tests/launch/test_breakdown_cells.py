@@ -2,10 +2,10 @@
 step, and a cell made slow in data loading on purpose is blamed on data loading."""
 import pytest
 
-from harness.config.cells import Cell
 from harness.judging.breakdown import PARTS, attribute_regression, cell_breakdown
 from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import run_cell
+from harness.rank.cell import Cell
 from harness.rank.spec import DataDelay, RankOptions
 
 from ..components import needs

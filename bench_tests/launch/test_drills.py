@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 import harness.launch.runner
-from harness.config.cells import Cell
 from harness.launch.launchers import SrunLauncher
 from harness.launch.procs import processes_with_token
 from harness.launch.runner import RunLimits, run_cell
+from harness.rank.cell import Cell
 from harness.rank.faults import Fault
 from harness.rank.frameworks import FRAMEWORKS, has_servers
 from harness.rank.runtime import unavailable
@@ -327,9 +327,9 @@ def _where_it_landed(log: str, sent: int) -> str:
 STUBBORN_CELL = """
 import sys
 from pathlib import Path
-from harness.config.cells import Cell
 from harness.launch.launchers import Launcher
 from harness.launch.runner import run_cell
+from harness.rank.cell import Cell
 
 class Stubborn(Launcher):
     # A job whose processes ignore SIGTERM (a rank saving a checkpoint, a process stuck in I/O):

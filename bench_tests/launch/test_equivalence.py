@@ -12,9 +12,9 @@ import statistics
 
 import pytest
 
-from harness.config.cells import Cell
 from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import run_cell
+from harness.rank.cell import Cell
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.runtime import unavailable
 from harness.rank.spec import RankOptions

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from harness.config.cells import Cell
 from harness.launch.procs import processes_with_token
 from harness.launch.runner import RunLimits, run_cell
+from harness.rank.cell import Cell
 from harness.rank.faults import Fault
 from harness.rank.spec import RankOptions
 

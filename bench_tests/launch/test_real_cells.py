@@ -6,10 +6,11 @@ import sys
 
 import pytest
 
-from harness.config.cells import Cell, implemented
+from harness.config.cells import implemented
 from harness.launch.launchers import LAUNCHERS, with_harness_importable
 from harness.launch.procs import processes_with_token
 from harness.launch.runner import run_cell
+from harness.rank.cell import Cell
 from harness.rank.frameworks import FRAMEWORKS, has_servers, training_ranks
 from harness.rank.loaders import LOADERS
 from harness.rank.runtime import unavailable

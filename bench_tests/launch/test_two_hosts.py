@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.cells import Cell
 from harness.launch.launchers import LaunchRequest, Launcher, SrunLauncher
 from harness.launch.procs import processes_with_token
 from harness.launch.runner import RunLimits, run_cell
+from harness.rank.cell import Cell
 
 from ..components import needs
 from ..workloads import TEST_MODEL, TINY

@@ -1,8 +1,11 @@
 """The harness package's import graph has no cycle and no upward arrow: every module can be read
 (and tested) with only the modules below it, and each package imports only from its own layer or
-the layers below (docs/architecture.md, "Architecture"). Imports inside functions (a framework
-imported lazily, the worker composing a rank) and under ``TYPE_CHECKING`` are not part of the graph:
-they run after every module has loaded."""
+the layers below (docs/architecture.md, "Architecture"). Every import statement counts: those at
+module level, those inside functions (a framework imported lazily, the worker composing a rank) and
+those under ``TYPE_CHECKING``, since a function's import runs when it is called and a type names a
+dependency as surely as a call does. A registry's entries name their modules as strings
+(``Entry("harness.rank.frameworks.ddp:DDPAdapter")``): those are not import statements, and not
+counted."""
 from __future__ import annotations
 
 import ast
@@ -20,29 +23,27 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def top_level_imports(path: Path) -> set[str]:
-    """The harness modules ``path`` imports when it is loaded."""
+def imports(path: Path) -> set[str]:
+    """The harness modules ``path`` imports, wherever the import statement stands in it."""
     package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
     found = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        for statement in ast.walk(node):
-            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                break  # a def at module level: what it imports, it imports when called
-            if isinstance(statement, ast.ImportFrom) and statement.level:
-                base = package.split(".")[:len(package.split(".")) - statement.level + 1]
-                target = ".".join(base + ([statement.module] if statement.module else []))
-                names = [f"{target}.{alias.name}" for alias in statement.names] if not statement.module else [target]
-                found.update(names)
-            elif isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith("harness"):
-                found.add(statement.module)
+    for statement in ast.walk(ast.parse(path.read_text())):
+        if isinstance(statement, ast.ImportFrom) and statement.level:
+            base = package.split(".")[:len(package.split(".")) - statement.level + 1]
+            target = ".".join(base + ([statement.module] if statement.module else []))
+            names = [f"{target}.{alias.name}" for alias in statement.names] if not statement.module else [target]
+            found.update(names)
+        elif isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith("harness"):
+            found.add(statement.module)  # and each name, where it is a module (``from harness.store import history``)
+            found.update(f"{statement.module}.{alias.name}" for alias in statement.names)
+        elif isinstance(statement, ast.Import):
+            found.update(alias.name for alias in statement.names if alias.name.split(".")[0] == "harness")
     return found
 
 
 def graph() -> dict[str, set[str]]:
     modules = {module_name(path): path for path in HARNESS.rglob("*.py")}
-    return {name: {target for target in top_level_imports(path) if target in modules and target != name}
+    return {name: {target for target in imports(path) if target in modules and target != name}
             for name, path in modules.items()}
 
 

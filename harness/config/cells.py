@@ -1,4 +1,5 @@
-"""What a cell is, and the matrix of cells the suite measures, defined once, as data."""
+"""The matrix of cells the suite measures, defined once, as data (what one cell is:
+:class:`harness.rank.cell.Cell`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,29 +9,11 @@ import re
 from typing import Any, Mapping
 
 from harness.common.registry import Registry
+from harness.rank.cell import Cell
 from harness.rank.frameworks import FRAMEWORKS, has_servers
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
 from harness.rank.workload import Workload
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Cell:
-    """One measured configuration: framework x loader x model x rank (GPU) count."""
-
-    framework: str
-    loader: str
-    model: str
-    ranks: int
-
-    @property
-    def id(self) -> str:
-        return f"{self.framework}-{self.loader}-{self.model}-g{self.ranks}"
-
-    @property
-    def series(self) -> tuple[str, str, str]:
-        """Cells of one series differ only in rank count; E_G compares within a series."""
-        return (self.framework, self.loader, self.model)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

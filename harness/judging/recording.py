@@ -16,17 +16,72 @@ or the reason it is not recorded out. Writing the file is :mod:`harness.store.ba
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 from harness.judging.metrics import CELL_METRICS
 from harness.judging.stats import tolerance_from_repeats
 from harness.judging.yardstick import Yardstick, mean_of
 
 if TYPE_CHECKING:
-    from harness.session.results import AccuracyResult, CellResult
+    from harness.config.cells import AccuracyCell
+    from harness.judging.breakdown import CellBreakdown
+    from harness.judging.stats import Estimate
+    from harness.judging.verdicts import Verdict
+    from harness.rank.cell import Cell
 
 
-def why_not_recorded(results: Sequence[CellResult], *, accept_regressions: bool, widest: float) -> str | None:
+class Launch(Protocol):
+    """What an entry says of the launch its figures come from (a :class:`harness.launch.runner.CellRun`)."""
+
+    @property
+    def launcher(self) -> str: ...
+
+
+class Measurement(Protocol):
+    """What the recording policy reads of one judged measurement of a cell: the fields it needs, not
+    the session's class that holds them (:class:`harness.session.results.CellResult`, a layer above)."""
+
+    @property
+    def cell(self) -> Cell: ...
+    @property
+    def run(self) -> Launch: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def verdicts(self) -> Sequence[Verdict]: ...
+    @property
+    def config_hash(self) -> str: ...
+    @property
+    def fingerprint(self) -> dict | None: ...
+    @property
+    def breakdown(self) -> CellBreakdown | None: ...
+    @property
+    def yardstick(self) -> Yardstick | None: ...
+    @property
+    def cpu_wait_share(self) -> float | None: ...
+    @property
+    def throughput(self) -> Estimate | None: ...
+    @property
+    def efficiency(self) -> Estimate | None: ...
+    @property
+    def efficiency_source(self) -> str | None: ...
+
+
+class AccuracyMeasurement(Protocol):
+    """What :func:`accuracy_entry` reads of an accuracy cell's run
+    (:class:`harness.session.results.AccuracyResult`)."""
+
+    @property
+    def cell(self) -> AccuracyCell: ...
+    @property
+    def run(self) -> Launch: ...
+    @property
+    def config_hash(self) -> str: ...
+    @property
+    def outcome(self) -> dict | None: ...
+
+
+def why_not_recorded(results: Sequence[Measurement], *, accept_regressions: bool, widest: float) -> str | None:
     """Why these measurements of one cell must not replace its baseline, or ``None``."""
     regressed = [r for r in results if any(v.failed for v in r.verdicts)]
     if regressed and not accept_regressions:
@@ -38,7 +93,7 @@ def why_not_recorded(results: Sequence[CellResult], *, accept_regressions: bool,
     return None
 
 
-def too_uncertain_to_record(results: Sequence[CellResult], widest: float) -> str | None:
+def too_uncertain_to_record(results: Sequence[Measurement], widest: float) -> str | None:
     """Why these measurements of a cell cannot be its baseline (a 95% interval wider than
     ``+-widest``, relative), or ``None``."""
     for result in results:
@@ -53,7 +108,7 @@ def too_uncertain_to_record(results: Sequence[CellResult], widest: float) -> str
     return None
 
 
-def baseline_entries(results: Sequence[CellResult], *, config: Mapping, provenance: Mapping, band_floor: float,
+def baseline_entries(results: Sequence[Measurement], *, config: Mapping, provenance: Mapping, band_floor: float,
                      accept_regressions: bool, widest: float, use_yardstick: bool = True) -> tuple[list[dict], list[str]]:
     """The entries to write for a session's ``results`` (repeats of a cell grouped into one), and a
     line for each cell not recorded, saying why. A cell with a failed launch keeps its old entry."""
@@ -73,7 +128,7 @@ def baseline_entries(results: Sequence[CellResult], *, config: Mapping, provenan
     return entries, kept
 
 
-def baseline_entry(results: Sequence[CellResult], *, config: Mapping, provenance: Mapping, band_floor: float,
+def baseline_entry(results: Sequence[Measurement], *, config: Mapping, provenance: Mapping, band_floor: float,
                    use_yardstick: bool = True) -> dict:
     """The baseline entry of one cell from its measurements (all of the same cell, all ok)."""
     last = results[-1]
@@ -99,7 +154,7 @@ def baseline_entry(results: Sequence[CellResult], *, config: Mapping, provenance
     return entry
 
 
-def accuracy_entry(result: AccuracyResult, *, config: Mapping, provenance: Mapping) -> dict:
+def accuracy_entry(result: AccuracyMeasurement, *, config: Mapping, provenance: Mapping) -> dict:
     """The baseline entry of an accuracy cell: its final validation accuracy."""
     return {"cell": result.cell.id, "metrics": {"accuracy": result.outcome["final_val_accuracy"]},
             "config_hash": result.config_hash, "config": dict(config),

@@ -1,15 +1,6 @@
-"""The machine yardstick: a fixed CPU workload every rank times just before its framework starts
-and just after the framework has shut down (outside the thing under test), so that a change in the machine's own speed (other jobs on a shared node,
-a busier host under a virtual machine, a throttled CPU) can be told apart from a change in what is
-being measured.
-
-The workload is numpy, not torch: it shares no code with the stack under test, so a slower torch
-kernel, model, loader or framework cannot slow the yardstick down and hide itself in the
-normalisation. It is half compute (a single-threaded float32 matrix product that stays in cache)
-and half memory traffic (a streaming multiply over arrays larger than the caches), because a
-training step suffers both from competition for the cores and from competition for memory
-bandwidth. The yardstick tracks the first closely and the second only in part (see docs/verdicts.md,
-"Machine yardstick").
+"""What the machine yardstick's times say: the machine's speed during a measurement, and a figure
+normalised to the speed of the machine its baseline was measured on. The workload the ranks time is
+:mod:`harness.machine.yardstick`; this module only reads its times (from the rank records).
 
 A throughput measured when the yardstick took ``y`` seconds, judged against a baseline whose
 yardstick took ``y_ref``, is normalised to the baseline's machine speed as ``throughput * y / y_ref``.
@@ -25,42 +16,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-import time
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
-if TYPE_CHECKING:  # the ranks import this module; they need no scipy
-    from harness.judging.stats import Estimate
-
-VERSION = 1
-"""Changes whenever the workload changes: yardstick times of different versions never compare."""
-REPEATS = 6
-"""Timed repeats of the workload before the warm-up and again after the timed window."""
-MATRIX_SIZE = 256
-MATRIX_PRODUCTS = 12
-STREAM_BYTES = 32 * 2**20
-STREAM_PASSES = 8
-
-
-def run_yardstick(repeats: int = REPEATS) -> list[float]:
-    """Seconds of each of ``repeats`` runs of the fixed workload, on one thread."""
-    import numpy as np
-    from threadpoolctl import threadpool_limits
-
-    rng = np.random.default_rng(0)
-    matrix = rng.standard_normal((MATRIX_SIZE, MATRIX_SIZE)).astype(np.float32)
-    source = np.ones(STREAM_BYTES // 4, dtype=np.float32)
-    target = np.empty_like(source)
-    times = []
-    with threadpool_limits(limits=1):
-        np.multiply(source, 1.0001, out=target)  # untimed: the first pass pays the page faults
-        for _ in range(repeats):
-            started = time.perf_counter()
-            for _ in range(MATRIX_PRODUCTS):
-                matrix @ matrix
-            for _ in range(STREAM_PASSES):
-                np.multiply(source, 1.0001, out=target)
-            times.append(time.perf_counter() - started)
-    return times
+from harness.judging.stats import Estimate
+from harness.machine.yardstick import REPEATS, VERSION
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

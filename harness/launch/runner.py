@@ -16,9 +16,10 @@ from typing import Callable
 from harness import HARNESS_SOURCE
 from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import remove_orphaned_temporaries, write_json_atomic
-from harness.config.cells import AccuracyCell, Cell
+from harness.config.cells import AccuracyCell
 from harness.launch.launchers import Launcher, LaunchRequest, with_harness_importable
 from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token
+from harness.rank.cell import Cell
 from harness.rank.frameworks import FRAMEWORKS, has_servers
 from harness.rank.rankenv import launch_port_block
 from harness.rank.runtime import rank_interpreter

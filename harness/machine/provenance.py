@@ -10,25 +10,17 @@ import platform
 import socket
 import subprocess
 from pathlib import Path
+from typing import Iterable
 
 from harness.common.commands import command_output
 from harness.machine.node import cpu_model
 
-BASE_PACKAGES = ("torch", "torchvision", "numpy", "mpi4py")
-"""What every cell runs on; each framework and loader names its own (:attr:`harness.common.registry.Entry.stack`)."""
-
-
-def tracked_packages() -> list[str]:
-    from harness.rank.frameworks import FRAMEWORKS
-    from harness.rank.loaders import LOADERS
-
-    return [*BASE_PACKAGES, *sorted(FRAMEWORKS.distributions() | LOADERS.distributions())]
-
-
-def package_versions() -> dict[str, str]:
-    """The installed versions of the tracked distributions (a ``*`` pattern: every match)."""
+def package_versions(tracked: Iterable[str]) -> dict[str, str]:
+    """The installed versions of the ``tracked`` distributions (a ``*`` pattern: every match). Which
+    distributions matter is the ranks' to say (:func:`harness.rank.packages.tracked_packages`): the
+    caller passes them, so that the machine layer needs no framework's or loader's registry."""
     versions = {"python": platform.python_version()}
-    tracked = tracked_packages()
+    tracked = list(tracked)
     for name in (name for name in tracked if not name.endswith("*")):
         try:
             versions[name] = importlib.metadata.version(name)
@@ -75,14 +67,15 @@ def version_text(executable: str) -> str | None:
     return command_output([executable, "--version"])
 
 
-def provenance(repo: Path, packages: dict[str, str] | None = None) -> dict:
-    """Where and with what: ``environment`` names the full package set (:func:`environment_id`) that
-    ``harness.store.environments`` keeps beside the baselines."""
+def provenance(repo: Path, packages: dict[str, str] | None = None, *, tracked: Iterable[str]) -> dict:
+    """Where and with what: ``versions`` those of the ``tracked`` distributions
+    (:func:`package_versions`), ``environment`` names the full package set (:func:`environment_id`)
+    that ``harness.store.environments`` keeps beside the baselines."""
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "cpu": cpu_model(),
         "git_commit": git_commit(repo),
-        "versions": package_versions(),
+        "versions": package_versions(tracked),
         **({"environment": environment_id(packages)} if packages is not None else {}),
     }

@@ -4,7 +4,7 @@ The kernel counts, per thread, the time it spent runnable on a run queue without
 (``/proc/<pid>/task/<tid>/schedstat``, second field, in nanoseconds). Sleeping, blocking on a
 socket or waiting for a collective do not count, so a slower loader, network or framework does
 not show here; a neighbour's job starting on the same cores does, within the very window it slowed.
-The machine yardstick (:mod:`harness.judging.yardstick`), timed before and after the window, can miss such
+The machine yardstick (:mod:`harness.machine.yardstick`), timed before and after the window, can miss such
 a burst; this cannot. It cannot see a hypervisor's steal, which the yardstick does see.
 
 A rank's own extra CPU use makes it wait too: its DataLoader workers share its cores, and a

@@ -41,7 +41,7 @@ class RankOptions:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WorkerSpec:
     cell: Mapping[str, Any]
-    """The cell's fields: a scaling cell's (harness.config.cells.Cell) or an accuracy cell's."""
+    """The cell's fields: a scaling cell's (harness.rank.cell.Cell) or an accuracy cell's."""
     workload: Mapping[str, Any] | None
     """The workload's fields (harness.rank.workload.Workload); None for the accuracy task."""
     output_dir: str

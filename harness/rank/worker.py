@@ -75,13 +75,14 @@ def framework_on_this_rank(framework: str, ranks: int, batch_per_rank: int, spec
 
 
 def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
-    from harness.config.cells import Cell
-    from harness.judging.yardstick import run_yardstick
     from harness.machine.binding import bind, bind_near_gpu
     from harness.machine.node import node_facts
     from harness.machine.provenance import package_versions
+    from harness.machine.yardstick import run_yardstick
+    from harness.rank.cell import Cell
     from harness.rank.faults import with_fault, with_fault_batches
     from harness.rank.frameworks import FRAMEWORKS, serves
+    from harness.rank.packages import tracked_packages
     from harness.rank.runtime import RUNTIMES
     from harness.rank.trainloop import PROBE_STEPS, DelayedBatches, run_probes, train
     from harness.rank.workload import Workload
@@ -158,7 +159,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
         "launch_environment": {name: os.environ.get(name) for name in spec.launch_environment},
         "framework_settings": framework_settings,
         **({"loader_settings": loader_settings} if loader_settings is not None else {}),
-        "versions": package_versions(),
+        "versions": package_versions(tracked_packages()),
         "node": node_facts(device.type == "cuda"),
         **samples,
         **({"yardstick": yardstick} if yardstick is not None else {}),
@@ -166,14 +167,14 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
 
 
 def run_accuracy_task(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
-    """The accuracy task (harness.tasks.accuracy) under the cell's framework, on this rank."""
+    """The accuracy task (harness.rank.accuracy) under the cell's framework, on this rank."""
     import torch
 
     from harness.machine.node import node_facts
+    from harness.rank.accuracy import run_accuracy
     from harness.rank.frameworks import serves
     from harness.rank.torch_runtime import TorchRuntime
     from harness.rank.workload import Workload
-    from harness.tasks.accuracy import run_accuracy
 
     cell, settings = spec.cell, spec.options.accuracy
     torch.set_num_threads(threads_for(rank, spec.options.threads_per_rank))

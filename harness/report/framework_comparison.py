@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Sequence
 
-from harness.config.cells import Cell
 from harness.judging.metrics import step_samples
 from harness.judging.stats import Estimate, efficiency_interval
+from harness.rank.cell import Cell
 from harness.report.tables import format_interval
 
 REFERENCE_FRAMEWORK = "ddp"

@@ -1,4 +1,4 @@
-"""The study's accuracy figures, redrawn from :func:`harness.tasks.accuracy.run_accuracy` results.
+"""The study's accuracy figures, redrawn from :func:`harness.rank.accuracy.run_accuracy` results.
 
     write_all(results, out_dir) -> [lr_vs_epoch.png, accuracy_vs_batch.png, accuracy_vs_epoch.png]
 

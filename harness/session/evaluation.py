@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from harness.config.cells import Cell
 from harness.judging.breakdown import cell_breakdown, has_breakdown
 from harness.judging.fingerprint import fingerprint
 from harness.judging.metrics import pool_uncontended, step_samples, summarize, trim_warmup
@@ -13,6 +12,7 @@ from harness.judging.servers import server_summary
 from harness.judging.stats import Estimate, efficiency_interval, throughput_interval
 from harness.judging.verdicts import Evidence, judge_cell
 from harness.judging.yardstick import from_records
+from harness.rank.cell import Cell
 from harness.rank.contention import outside_share, wait_share
 from harness.rank.frameworks import training_ranks
 from harness.session.results import CellResult

@@ -10,11 +10,11 @@ import statistics
 import time
 from typing import Callable
 
-from harness.config.cells import Cell
 from harness.judging.metrics import parallel_efficiency, summarize, trim_warmup
 from harness.judging.paired import ORDERS, Pair, PairedVerdict, cause_of, judge_pairs, next_orders, pairs_wanted
 from harness.launch.runner import CellRun
 from harness.machine.references import Environment
+from harness.rank.cell import Cell
 from harness.session.results import estimate_json
 
 SIDES = ("reference", "current")

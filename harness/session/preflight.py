@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from harness.config.cells import (DEFAULT_MATRIX, PROFILES, AccuracyCell, Cell, DatasetShape, Matrix, check_name,
+from harness.config.cells import (DEFAULT_MATRIX, PROFILES, AccuracyCell, DatasetShape, Matrix, check_name,
                                   parse_cell_id, parse_names, parse_ranks)
 from harness.config.options import SuiteError, SuiteOptions
 from harness.data.dataset import DatasetError, ensure, validate_image_folder
@@ -18,6 +18,7 @@ from harness.data.tfrecord import TFRecordError, convert, open_tfrecord_set
 from harness.launch.launchers import LAUNCHERS, Launcher, gpus_a_job_step_sees
 from harness.launch.runner import RunLimits
 from harness.machine import allocation
+from harness.rank.cell import Cell
 from harness.rank.frameworks import FRAMEWORKS, has_servers, training_ranks
 from harness.rank.loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
 from harness.rank.models import MODELS

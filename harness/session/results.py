@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 
 from harness.common.jsonio import finite_or_none
-from harness.config.cells import AccuracyCell, Cell
+from harness.config.cells import AccuracyCell
 from harness.judging.breakdown import CellBreakdown
 from harness.judging.metrics import CellMetrics
 from harness.judging.stats import Estimate
@@ -12,6 +12,7 @@ from harness.judging.verdicts import Verdict, overall
 from harness.judging.yardstick import Yardstick
 from harness.judging.fingerprint import fingerprint_hash
 from harness.launch.runner import CellRun
+from harness.rank.cell import Cell
 from harness.store.history import make_row
 
 

@@ -18,8 +18,7 @@ from typing import Callable
 from harness import HARNESS_SOURCE
 from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import write_json_atomic
-from harness.config.cells import (PROFILES, AccuracyCell, AccuracySettings, Cell, Profile, accuracy_cells,
-                                  config_hash)
+from harness.config.cells import PROFILES, AccuracyCell, AccuracySettings, Profile, accuracy_cells, config_hash
 from harness.config.options import SuiteError, SuiteOptions, check_settings
 from harness.judging.recording import accuracy_entry, baseline_entries
 from harness.judging.verdicts import judge_accuracy, measured_enough
@@ -30,8 +29,10 @@ from harness.machine.environment import capture as capture_environment
 from harness.machine import references
 from harness.machine.provenance import installed_packages, provenance
 from harness.machine.system import detect_system, rank_capacity
+from harness.rank.cell import Cell
 from harness.rank.faults import Fault
 from harness.rank.frameworks import training_ranks
+from harness.rank.packages import tracked_packages
 from harness.rank.spec import RankOptions
 from harness.rank.workload import Workload
 from harness.session import preflight
@@ -145,7 +146,7 @@ class Suite:
         self.cores_per_rank = preflight.cores_per_rank(options, preflight.processes(
             self.cells(), self.ps_servers, self._rank_capacity[0]), self.uses_gpus)
         self._packages = installed_packages()
-        self._provenance = provenance(HARNESS_SOURCE, self._packages)
+        self._provenance = provenance(HARNESS_SOURCE, self._packages, tracked=tracked_packages())
         self._environment = capture_environment()
         self.run_id = uuid.uuid4().hex[:12]
         self.limits = preflight.run_limits(options)

@@ -41,10 +41,11 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from harness.config.cells import Cell, parse_cell_id
+from harness.config.cells import parse_cell_id
 from harness.machine.node import cpu_identity
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import Reference
+from harness.rank.cell import Cell
 from harness.report.tables import format_table
 from harness.session.results import CellResult
 from harness.session.suite import Suite, SuiteOptions

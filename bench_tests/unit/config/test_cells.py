@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.cells import (AccuracyCell, Cell, Matrix, accuracy_cells, config_hash, implemented, measured_config, parse_cell_id,
-                                  parse_names, parse_ranks, scaling_cell)
+from harness.config.cells import (AccuracyCell, Matrix, accuracy_cells, config_hash, implemented, measured_config,
+                                  parse_cell_id, parse_names, parse_ranks, scaling_cell)
+from harness.rank.cell import Cell
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.models import MODELS
 from harness.rank.loaders import LOADERS

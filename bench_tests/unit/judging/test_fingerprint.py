@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
-from harness.config.cells import Cell, config_hash, scaling_cell
+from harness.config.cells import config_hash, scaling_cell
 from harness.judging import fingerprint as fp_module
 from harness.judging.fingerprint import fingerprint, fingerprint_hash, stack_changes, stale_differences
+from harness.rank.cell import Cell
 from harness.rank.workload import Workload
 
 WORKLOAD = dataclasses.asdict(Workload(image_size=64, batch_size=16, data_dir="/data/a"))
@@ -60,7 +61,7 @@ def test_a_backend_names_its_own_stack_in_its_registry_entry(monkeypatch):
     """A new framework says which distributions it runs on in its registry entry; the fingerprint
     and the provenance follow without a line changed in either."""
     from harness.rank.frameworks import FRAMEWORKS
-    from harness.machine.provenance import tracked_packages
+    from harness.rank.packages import tracked_packages
     from harness.common.registry import Entry
 
     variant = Entry("harness.rank.frameworks.ddp:DDPAdapter", stack={"apex": "apex"}, uses_mpi=True)

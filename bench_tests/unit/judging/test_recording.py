@@ -3,12 +3,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.cells import Cell
 from harness.judging.recording import baseline_entry, why_not_recorded
 from harness.judging.stats import Estimate, tolerance_from_repeats
 from harness.judging.verdicts import Verdict
 from harness.judging.yardstick import Yardstick
 from harness.launch.runner import CellRun
+from harness.rank.cell import Cell
 from harness.session.results import CellResult
 
 CELL = Cell(framework="ddp", loader="synthetic", model="resnet50", ranks=1)

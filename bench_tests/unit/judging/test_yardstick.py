@@ -1,12 +1,13 @@
-"""harness.judging.yardstick: the machine's speed from the ranks' yardstick times, and normalising by it."""
+"""harness.judging.yardstick: the machine's speed from the ranks' yardstick times, and normalising by it
+(and the workload they time, harness.machine.yardstick)."""
 import math
 
 import pytest
 
 from harness.judging.stats import Estimate
-from harness.judging.yardstick import (REPEATS, SAME_MACHINE_DRIFT, VERSION, Yardstick, another_machine, from_records,
-                                       beyond_noise, launch_drifts, normalise, normalise_estimate, run_yardstick,
-                                       speed_ratio)
+from harness.judging.yardstick import (SAME_MACHINE_DRIFT, Yardstick, another_machine, from_records, beyond_noise,
+                                       launch_drifts, normalise, normalise_estimate, speed_ratio)
+from harness.machine.yardstick import REPEATS, VERSION, run_yardstick
 
 
 def test_the_workload_runs_and_times_each_repeat():

@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.config.cells import Cell
+from harness.rank.cell import Cell
 from harness.report.framework_comparison import PUBLISHED_NOTES, PUBLISHED_RATIOS, comparison_rows, framework_ratios
 
 SEEDS = Path(__file__).resolve().parents[4] / "shared" / "seeds"

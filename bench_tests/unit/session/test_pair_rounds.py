@@ -4,9 +4,9 @@ with its error. (The launches themselves: bench_tests/plugin/test_against.py.)""
 import itertools
 from pathlib import Path
 
-from harness.config.cells import Cell
 from harness.launch.runner import CellRun
 from harness.machine.references import Environment
+from harness.rank.cell import Cell
 from harness.session.paired import PairSettings, confirmed_by, measure_pairs
 
 CELL = Cell(framework="ddp", loader="synthetic", model="resnet44", ranks=1)

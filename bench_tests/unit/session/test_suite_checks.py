@@ -4,9 +4,10 @@ import os
 import pytest
 from PIL import Image
 
-from harness.config.cells import Cell, DatasetShape, parse_ranks
+from harness.config.cells import DatasetShape, parse_ranks
 from harness.config.options import SuiteError, SuiteOptions, check_settings
 from harness.data.dataset import validate_image_folder
+from harness.rank.cell import Cell
 from harness.session import preflight
 from harness.session.preflight import unwritable
 

@@ -116,8 +116,8 @@ def test_update_drops_a_yardstick_the_new_figures_were_not_measured_with(tmp_pat
 
 
 def test_a_measurement_too_uncertain_for_a_baseline_says_why():
-    from harness.config.cells import Cell
     from harness.judging.recording import too_uncertain_to_record
+    from harness.rank.cell import Cell
     from harness.session.results import CellResult
 
     def result(throughput: Estimate, wait: float | None = None) -> CellResult:

@@ -3,6 +3,7 @@ import json
 from pathlib import Path
 
 from harness.machine.provenance import environment_id, installed_packages, provenance
+from harness.rank.packages import tracked_packages
 from harness.store import environments
 
 
@@ -10,7 +11,7 @@ def test_this_environment_is_every_package_it_holds():
     packages = installed_packages()
     assert packages["python"] and packages["torch"] and packages["numpy"] and packages["pytest"]
     assert len(packages) > 40  # the whole set, not the few tracked versions
-    assert provenance(Path("."), packages)["environment"] == environment_id(packages)
+    assert provenance(Path("."), packages, tracked=tracked_packages())["environment"] == environment_id(packages)
 
 
 def test_a_package_set_is_kept_once_under_its_hash(tmp_path):

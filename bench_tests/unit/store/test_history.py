@@ -1,4 +1,5 @@
-"""Unit tests of harness.store.history: append-only file, corrupt lines, change-point report and exit code."""
+"""Unit tests of the nightly history: its append-only file and corrupt lines (harness.store.history), its change
+points (harness.judging.changepoints), and the report's exit code (harness.report.history)."""
 from __future__ import annotations
 
 import csv
@@ -12,7 +13,9 @@ import textwrap
 import numpy as np
 import pytest
 
+from harness.judging import changepoints
 from harness.judging.stats import Estimate
+from harness.report import history as history_report
 from harness.store import history
 
 
@@ -117,11 +120,11 @@ def test_persistent_15_percent_drop_is_found_and_fails(tmp_path, capsys):
     values = noisy(rng, 12, 100.0) + noisy(rng, 8, 85.0)
     path = tmp_path / "sys.jsonl"
     history.append(path, nightly(values))
-    [cell] = history.report(history.read(path)[0])
+    [cell] = changepoints.report(history.read(path)[0])
     assert [c.at.index for c in cell.changes] == [13]
     assert cell.changes[0].relative == pytest.approx(-0.15, abs=0.04)
     assert cell.regressed(threshold=0.05)
-    assert history.main([str(path)]) == 1
+    assert history_report.main([str(path)]) == 1
     out = capsys.readouterr().out
     assert "REGRESSION" in out and "2025-01-13" in out and "1212121212 " in out
 
@@ -132,9 +135,9 @@ def test_a_single_bad_night_is_not_flagged(tmp_path):
     values[9] = 70.0  # one terrible night
     path = tmp_path / "sys.jsonl"
     history.append(path, nightly(values))
-    [cell] = history.report(history.read(path)[0])
+    [cell] = changepoints.report(history.read(path)[0])
     assert cell.changes == []
-    assert history.main([str(path)]) == 0
+    assert history_report.main([str(path)]) == 0
 
 
 def test_a_bad_last_night_is_not_flagged_yet(tmp_path):
@@ -142,7 +145,7 @@ def test_a_bad_last_night_is_not_flagged_yet(tmp_path):
     values = noisy(rng, 19, 100.0) + [80.0]
     path = tmp_path / "sys.jsonl"
     history.append(path, nightly(values))
-    assert history.main([str(path)]) == 0
+    assert history_report.main([str(path)]) == 0
 
 
 def test_recovered_drop_does_not_fail(tmp_path):
@@ -150,9 +153,9 @@ def test_recovered_drop_does_not_fail(tmp_path):
     values = noisy(rng, 8, 100.0) + noisy(rng, 6, 85.0) + noisy(rng, 6, 100.0)
     path = tmp_path / "sys.jsonl"
     history.append(path, nightly(values))
-    [cell] = history.report(history.read(path)[0])
+    [cell] = changepoints.report(history.read(path)[0])
     assert len(cell.changes) == 2 and cell.changes[-1].relative > 0
-    assert history.main([str(path)]) == 0
+    assert history_report.main([str(path)]) == 0
 
 
 def test_cell_filter_metric_and_errors_left_out(tmp_path, capsys):
@@ -162,9 +165,9 @@ def test_cell_filter_metric_and_errors_left_out(tmp_path, capsys):
             + nightly(noisy(rng, 10, 50.0), cell="b-synthetic-m-g1"))
     rows.append(history.make_row("a-synthetic-m-g1", run_id="run999", verdict="error"))
     history.append(path, rows)
-    reports = history.report(history.read(path)[0], cell="a-synthetic-m-g1")
+    reports = changepoints.report(history.read(path)[0], cell="a-synthetic-m-g1")
     assert [r.cell for r in reports] == ["a-synthetic-m-g1"] and len(reports[0].nights) == 10
-    assert history.main([str(path), "--metric", "efficiency"]) == 0
+    assert history_report.main([str(path), "--metric", "efficiency"]) == 0
     assert "no efficiency figures" in capsys.readouterr().out
 
 
@@ -172,7 +175,7 @@ def test_repeats_within_a_run_are_one_night():
     rows = nightly([100.0, 90.0, 110.0])
     for row in rows:
         row["run_id"] = "same"
-    [nights] = history.series(rows).values()
+    [nights] = changepoints.series(rows).values()
     assert len(nights) == 1 and nights[0].value == 100.0
 
 
@@ -181,7 +184,7 @@ def test_fingerprint_change_is_noted(tmp_path, capsys):
     path = tmp_path / "sys.jsonl"
     history.append(path, nightly(noisy(rng, 10, 100.0), fingerprint="old")
                    + nightly(noisy(rng, 10, 80.0), fingerprint="new", start=10))
-    assert history.main([str(path)]) == 1
+    assert history_report.main([str(path)]) == 1
     assert "fingerprint changed" in capsys.readouterr().out
 
 
@@ -190,7 +193,7 @@ def test_cli_reports_skipped_lines_on_stderr(tmp_path, capsys):
     history.append(path, nightly([100.0] * 8))
     with open(path, "a") as stream:
         stream.write("garbage\n")
-    assert history.main([str(path)]) == 0
+    assert history_report.main([str(path)]) == 0
     assert "skipped line 9: not valid JSON" in capsys.readouterr().err
 
 
@@ -206,10 +209,10 @@ def test_a_slower_machine_is_told_apart_from_a_slower_stack_by_the_yardstick(tmp
                                  throughput=Estimate(value=90.0, low=89.0, high=91.0)))  # no yardstick: left out
     path = tmp_path / "sys.jsonl"
     history.append(path, rows)
-    assert history.main([str(path)]) == 1
-    assert history.main([str(path), "--metric", "throughput-normalised"]) == 0
-    assert history.main([str(path), "--metric", "machine"]) == 1
-    [machine] = history.report(history.read(path)[0], metric="machine")
+    assert history_report.main([str(path)]) == 1
+    assert history_report.main([str(path), "--metric", "throughput-normalised"]) == 0
+    assert history_report.main([str(path), "--metric", "machine"]) == 1
+    [machine] = changepoints.report(history.read(path)[0], metric="machine")
     assert len(machine.nights) == 20 and machine.changes[0].relative == pytest.approx(-0.15, abs=0.02)
     capsys.readouterr()
 
@@ -220,7 +223,7 @@ def test_the_history_exports_to_csv(tmp_path, capsys):
                                            throughput=Estimate(value=100.0 + n, low=99.0 + n, high=101.0 + n))
                           for n in range(3)] + [history.make_row("d-g1", run_id="x", verdict="fail")])
     out = tmp_path / "h.csv"
-    history.main([str(path), "--cell", "c-g1", "--csv", str(out)])
+    history_report.main([str(path), "--cell", "c-g1", "--csv", str(out)])
     rows = list(csv.DictReader(out.open()))
     assert [r["run_id"] for r in rows] == ["r0", "r1", "r2"] and rows[2]["throughput"] == "102.0"
     assert rows[0]["throughput_low"] == "99.0" and rows[0]["efficiency"] == ""
@@ -236,6 +239,6 @@ def test_an_accuracy_cells_lost_accuracy_is_tracked_like_a_throughput(tmp_path):
                                            final_val_accuracy=v) for i, v in enumerate(values)]
                    + nightly([100.0] * 11))
     rows = history.read(path)[0]
-    assert list(history.series(rows, "throughput")) == ["ddp-synthetic-resnet50-g1"]  # accuracy rows have none
-    [tracked] = history.report(rows, metric="accuracy")
+    assert list(changepoints.series(rows, "throughput")) == ["ddp-synthetic-resnet50-g1"]  # accuracy rows have none
+    [tracked] = changepoints.report(rows, metric="accuracy")
     assert tracked.cell == cell and [c.at.index for c in tracked.changes] == [7] and tracked.regressed(0.05)

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
+from harness.rank.accuracy import (build_digits_resnet, load_digits_split, run_accuracy, shard_indices,
+                                   single_rank_adapter)
 from harness.report.plots_accuracy import write_all
-from harness.tasks.accuracy import (build_digits_resnet, load_digits_split, run_accuracy, shard_indices,
-                                    single_rank_adapter)
 
 
 @pytest.fixture(scope="module")

@@ -75,7 +75,7 @@ def step_closure(strategy, model, optimizer, loss_fn, global_batch: int):
 
 
 def coordinate(spec: WorkerSpec) -> None:
-    from harness.config.cells import Cell
+    from harness.rank.cell import Cell
     from harness.rank.rankenv import RankInfo
     from harness.rank.tfkeras.runtime import TensorFlowRuntime
     from harness.rank.workload import Workload
