@@ -16,10 +16,10 @@ from harness import HARNESS_SOURCE
 from harness.launch.launchers import LAUNCHERS
 
 from ..components import LAUNCHER_COMPONENTS, needs
-from ..workloads import SCALING_TEST, TEST_MODEL, TINY_FLAGS
+from ..workloads import JUDGED_MODEL, SCALING_TEST, TINY_FLAGS
 
 pytestmark = pytest.mark.launch
-CELL = f"ddp-synthetic-{TEST_MODEL}-g1"
+CELL = f"ddp-synthetic-{JUDGED_MODEL}-g1"
 STEP = "            loss = adapter.forward_backward(images, labels)\n"
 SLOWER_STEP = STEP + "            for _ in range(2):  # the regression under test: each step's work three times\n" \
                      "                adapter.forward_backward(images, labels)\n"
@@ -34,7 +34,7 @@ def suite(project: Path, *flags: str, cache: Path) -> subprocess.CompletedProces
     """The project's scaling suite as a user runs it, its harness the current one."""
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
                "--system", "absys", "--launcher", "mpirun", "--frameworks", "ddp", "--loaders", "synthetic",
-               "--models", TEST_MODEL, "--gpus", "1", *TINY_FLAGS, "--no-history", "--results-json", "r.json", *flags]
+               "--models", JUDGED_MODEL, "--gpus", "1", *TINY_FLAGS, "--no-history", "--results-json", "r.json", *flags]
     env = dict(os.environ, DLSCALE_CACHE=str(cache), PYTHONPATH=str(project))
     return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=900)
 

@@ -7,14 +7,14 @@ import pytest
 from harness.launch.launchers import LAUNCHERS
 
 from ..components import needs
-from ..workloads import SCALING_TEST, TEST_MODEL, TINY
+from ..workloads import JUDGED_MODEL, SCALING_TEST, TINY
 from ..workloads import TINY_FLAGS as BASE_FLAGS
 
 pytestmark = pytest.mark.launch
 # Five steps make no precise baseline, and these tests are about the flow: one launch a cell (a
 # cell measured again until precise is test_an_imprecise_cell_is_launched_again_and_its_launches_pooled).
-TINY_FLAGS = [*BASE_FLAGS, "--models", TEST_MODEL, "--widest-baseline", "inf", "--measure-budget", "0"]
-G1, G2 = (f"ddp-synthetic-{TEST_MODEL}-g{ranks}" for ranks in (1, 2))
+TINY_FLAGS = [*BASE_FLAGS, "--models", JUDGED_MODEL, "--widest-baseline", "inf", "--measure-budget", "0"]
+G1, G2 = (f"ddp-synthetic-{JUDGED_MODEL}-g{ranks}" for ranks in (1, 2))
 
 
 @pytest.fixture
