@@ -51,7 +51,7 @@ class HorovodTFAdapter(FrameworkAdapter):
         variables = model.trainable_variables
         sources = [variable.value for variable in variables]  # TensorFlow variables, which Horovod's tape needs
 
-        @tf.function
+        @tf.function(autograph=False)
         def forward_backward(images, labels):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(loss_fn(model(images, training=True), labels))
@@ -59,7 +59,7 @@ class HorovodTFAdapter(FrameworkAdapter):
             averaged = hvd.DistributedGradientTape(tape, op=hvd.Average).gradient(loss, sources)
             return averaged, loss
 
-        @tf.function
+        @tf.function(autograph=False)
         def apply(averaged):
             optimizer.apply(averaged, variables)
 

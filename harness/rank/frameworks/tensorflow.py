@@ -111,11 +111,11 @@ class TensorFlowAdapter(FrameworkAdapter):
                                                                     tape.gradient(loss, variables))
             return summed, tf.reduce_mean(per_image)  # this rank's loss, as the torch adapters report it
 
-        @tf.function
+        @tf.function(autograph=False)
         def forward_backward(images, labels):
             return strategy.run(gradients, args=(images, labels))
 
-        @tf.function
+        @tf.function(autograph=False)
         def apply(summed):
             optimizer.apply(summed, variables)  # cross-replica context: applied, not reduced again
 

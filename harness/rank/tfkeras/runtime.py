@@ -32,7 +32,7 @@ class KerasProbe(GraphProbe):
         self.model = keras.models.clone_model(model)
         variables = self.model.trainable_variables
 
-        @tf.function
+        @tf.function(autograph=False)
         def step(images, labels):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(loss_fn(self.model(images, training=True), labels))
