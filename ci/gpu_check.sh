@@ -1,48 +1,184 @@
 #!/usr/bin/env bash
 # The GPU check: on a node with GPUs and a CUDA torch where dlscale is importable, the paths no
 # CPU machine runs, each kept apart so that one failing still lets the others report:
-#   1. the harness's DDP cell against PyTorch's own loop (bench_tests/benchmarks/test_reference_loops.py)
-#      on the study's workload (ResNet50, 224 px, 64 images per GPU), NCCL, a GPU per rank, torchrun;
-#   2. the scaling suite's DDP cells with the synthetic and the native loader on that workload;
-#   3. the parameter-server cells (torch_ps_sync, torch_ps_async: one GPU worker, one CPU server) beside
-#      DDP with as many training ranks, under torchrun;
-#   4. the unit tests, on a machine where torch sees a GPU.
-#   ci/gpu_check.sh OUT_DIR [RANKS, default: the node's GPU count]
-# Everything lands in OUT_DIR: one log per part and the suite's results.json.
+#   1. reference: the harness's DDP cell against PyTorch's own loop (bench_tests/benchmarks/
+#      test_reference_loops.py) on the study's workload (ResNet50, 224 px, 64 images per GPU), NCCL,
+#      a GPU per rank, torchrun, at fp32 and bf16 (DLSCALE_REFERENCE_DTYPES), two interleaved rounds;
+#   2. ddp: the scaling suite's DDP cells with the synthetic and the native loader on that workload,
+#      at fp32 (TF32 off), tf32 and bf16 (--dtypes);
+#   3. ddp_channels_last: DDP's synthetic cell at bf16 with --channels-last;
+#   4. deepspeed: DeepSpeed's synthetic cell at bf16 (its own bf16); where `import deepspeed` fails
+#      (its wheels not carried) the part says so and is skipped, not failed;
+#   5. parameter_server: the parameter-server cells (torch_ps_sync, torch_ps_async: one GPU worker,
+#      one CPU server), fp32, measured once and judged against the system's baselines (DDP with as
+#      many training ranks is part 2's ddp-synthetic-resnet50-g<N>);
+#   6. unit: the unit tests, on a machine where torch sees a GPU (last: it gets what is left).
+# Parts 2-4 record their cells into baselines/<system>.json (--update-baselines --repeat 3: a band
+# from three launches, the provenance the suite records), <system> named from the GPU
+# (torch.cuda.get_device_name(): h100-sxm, h100-pcie, h200-sxm, a100-sxm, ...; GPU_CHECK_SYSTEM
+# overrides it).
+#
+#   ci/gpu_check.sh OUT_DIR [RANKS, default: the node's GPU count] [--cpu]
+#
+# --cpu runs the same parts on this machine's CPU with tiny settings, to check the script end to end
+# before GPU minutes are spent: 1 rank, 32 px, 8 images, 2 + 5 steps, fp32 and bf16 only (tf32 and
+# fp16 are GPU arithmetic), the suite's parts on ResNet20 (bf16 ResNet50 takes tens of seconds a
+# step on a CPU without AVX-512 BF16; the reference part keeps ResNet50, one round, 1 + 3 steps), and
+# the baselines written into OUT_DIR/baselines, never the repository's.
+#
+# The check keeps to a budget (GPU_CHECK_BUDGET_S, default 480 s on GPUs, 1800 s with --cpu),
+# counted from its start: each part may use what is left of it less what the parts after it are
+# expected to need (NEED below), and is then ended as a Ctrl-C ends the suite (SIGTERM: the cells it
+# finished, and their baselines, are kept) and reported as out of time. GPU_CHECK_PARTS (comma-separated names) runs only those parts.
+# Everything lands in OUT_DIR: machine.log, one log per part, each suite part's results as
+# <part>.json, and a summary of the parts at the end. PYTHON names the interpreter (default: the
+# repository's .venv where there is one, else python3).
 set -uo pipefail
-out="${1:?usage: ci/gpu_check.sh OUT_DIR [RANKS]}"
-python="${PYTHON:-python3}"
+cpu=0
+positional=()
+for arg in "$@"; do
+    if [[ "$arg" == --cpu ]]; then cpu=1; else positional+=("$arg"); fi
+done
+out="${positional[0]:?usage: ci/gpu_check.sh OUT_DIR [RANKS] [--cpu]}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [[ -x "$repo/.venv/bin/python" ]]; then python="${PYTHON:-$repo/.venv/bin/python}"; else python="${PYTHON:-python3}"; fi
 cd "$repo"
 mkdir -p "$out"
-ranks="${2:-$("$python" -c 'import torch; print(torch.cuda.device_count())')}"
-if [[ "$ranks" == 0 ]]; then
-    echo "gpu_check: torch sees no GPU on $(hostname)" >&2
-    exit 2
+out="$(cd "$out" && pwd)"  # the suite's options want it absolute (--option=PATH)
+
+if ((cpu)); then
+    ranks="${positional[1]:-1}"
+    device=cpu
+    system="${GPU_CHECK_SYSTEM:-cpu-check}"
+    baselines="$out/baselines"
+    mkdir -p "$baselines"
+    dtypes=fp32,bf16
+    reference_dtypes=fp32,bf16
+    budget="${GPU_CHECK_BUDGET_S:-1800}"
+    workload=(--profile cpu-small --image-size 32 --batch-size 8 --warmup-steps 2 --steps 5 --num-workers 1
+              --models resnet20)
+    # the plumbing only: one round of three steps holds no harness/reference ratio worth a verdict
+    reference_env=(DLSCALE_REFERENCE_ROUNDS=1 DLSCALE_REFERENCE_WORKLOAD=batch_size=8,warmup_steps=1,steps=3
+                   DLSCALE_REFERENCE_MIN_RATIO=0)
+    declare -A NEED=([reference]=300 [ddp]=420 [ddp_channels_last]=120 [deepspeed]=150 [parameter_server]=150
+                     [unit]=570)
+else
+    ranks="${positional[1]:-$("$python" -c 'import torch; print(torch.cuda.device_count())')}"
+    if [[ "$ranks" == 0 ]]; then
+        echo "gpu_check: torch sees no GPU on $(hostname) (ci/gpu_check.sh OUT_DIR --cpu checks the script on a CPU)" >&2
+        exit 2
+    fi
+    device=cuda
+    # the GPU's model and form factor, e.g. "NVIDIA H100 80GB HBM3" -> h100-sxm, "NVIDIA H100 PCIe" -> h100-pcie
+    system="${GPU_CHECK_SYSTEM:-$("$python" - <<'EOF'
+import re
+import torch
+name = torch.cuda.get_device_name().lower()
+words = re.sub(r"^(nvidia|tesla)\s+", "", name)
+model = re.split(r"[\s_-]+", words)[0]
+if not re.fullmatch(r"[a-z]+\d+[a-z]*", model):  # not a data-centre part's name (a GeForce, a Quadro): all of it
+    print(re.sub(r"[^a-z0-9]+", "-", words).strip("-"))
+else:
+    form = next((f for f in ("pcie", "nvl", "sxm") if f in name), None)
+    if form is None and (re.search(r"\bhbm3e?\b", name) or model in ("h200", "b200", "b100")):
+        form = "sxm"  # NVIDIA names the SXM parts by their memory: "H100 80GB HBM3", "H200"
+    print(f"{model}-{form}" if form else model)
+EOF
+)}"
+    baselines="$repo/baselines"
+    dtypes=fp32,tf32,bf16
+    reference_dtypes=fp32,bf16
+    budget="${GPU_CHECK_BUDGET_S:-480}"
+    workload=(--profile study --models resnet50)
+    reference_env=(DLSCALE_REFERENCE_DEVICE=cuda DLSCALE_REFERENCE_ROUNDS=2)
+    # seconds each part is expected to take on one H100: estimates (~10 s a launch, ~10 s a session's
+    # start), not yet measured there; unit is last and gets what is left, at least its 30
+    declare -A NEED=([reference]=95 [ddp]=190 [ddp_channels_last]=40 [deepspeed]=50 [parameter_server]=40
+                     [unit]=30)
 fi
+ORDER=(reference ddp ddp_channels_last deepspeed parameter_server unit)
+chosen=",${GPU_CHECK_PARTS:-$(IFS=,; echo "${ORDER[*]}")},"
+for name in ${GPU_CHECK_PARTS:+${GPU_CHECK_PARTS//,/ }}; do
+    [[ -v "NEED[$name]" ]] || { echo "gpu_check: no part $name; the parts: ${ORDER[*]}" >&2; exit 2; }
+done
+rank_list="$(seq -s, 1 "$ranks")"
+deadline=$budget  # from the script's start: $SECONDS counts from there
 status=0
-part() {  # part NAME COMMAND...: run one part, its output into OUT_DIR/NAME.log
+summary=()
+
+needed_after() {  # seconds the chosen parts after NAME are expected to take
+    local name="$1" after=0 total=0 part
+    for part in "${ORDER[@]}"; do
+        if ((after)) && [[ "$chosen" == *",$part,"* ]]; then total=$((total + NEED[$part])); fi
+        [[ "$part" == "$name" ]] && after=1
+    done
+    echo "$total"
+}
+part() {  # part NAME COMMAND...: run one part within its share of the budget, its output into OUT_DIR/NAME.log
     local name="$1"; shift
-    echo "== $name: $*"
-    "$@" > "$out/$name.log" 2>&1
+    [[ "$chosen" == *",$name,"* ]] || return 0
+    local cap=$((deadline - SECONDS - $(needed_after "$name")))
+    if ((cap < 30)); then
+        echo "== $name: not run: ${cap}s left of the check's ${budget}s for it" | tee "$out/$name.log"
+        summary+=("$name: not run, out of time")
+        status=1
+        return
+    fi
+    echo "== $name (at most ${cap}s): $*"
+    local started=$SECONDS
+    timeout -k 10 $((cap - 10)) "$@" > "$out/$name.log" 2>&1
     local rc=$?
     tail -n 40 "$out/$name.log"
-    echo "== $name exited $rc"
+    if ((rc == 124 || rc == 137)); then
+        echo "== $name ran out of its ${cap}s (exit $rc): the cells it finished are kept" | tee -a "$out/$name.log"
+    else
+        echo "== $name exited $rc"
+    fi
+    summary+=("$name: exit $rc after $((SECONDS - started))s")
     ((rc == 0)) || status=1
 }
+skip() {  # skip NAME REASON: a part that cannot run here, said so, not failed
+    [[ "$chosen" == *",$1,"* ]] || return 0
+    echo "== $1: skipped: $2" | tee "$out/$1.log"
+    summary+=("$1: skipped ($2)")
+}
 
-{ nvidia-smi -L; "$python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda,
-"cuDNN", torch.backends.cudnn.version(), torch.cuda.get_device_name())'; } 2>&1 | tee "$out/machine.log"
-rank_list="$(seq -s, 1 "$ranks")"
-part reference env DLSCALE_BENCHMARKS=1 DLSCALE_REFERENCE_DEVICE=cuda DLSCALE_REFERENCE_FRAMEWORKS=ddp \
-    DLSCALE_REFERENCE_RANKS="$rank_list" "$python" -m pytest bench_tests/benchmarks/test_reference_loops.py \
-    -k test_harness_matches_reference_loops -s -p no:cacheprovider
-part suite "$python" -m pytest -m scaling --pyargs harness.bench -p no:cacheprovider --launcher torchrun \
-    --device cuda --profile study --gpus "$rank_list" --frameworks ddp --loaders synthetic,native \
-    --models resnet50 --measure-budget 30 --no-history --results-dir "$out/results" --results-json "$out/results.json"
-part parameter_server "$python" -m pytest -m scaling --pyargs harness.bench -p no:cacheprovider --launcher torchrun \
-    --device cuda --profile study --gpus 1,2 --frameworks ddp,torch_ps_sync,torch_ps_async --loaders synthetic \
-    --models resnet50 --measure-budget 15 --hang-timeout 120 --no-history --results-dir "$out/results" \
-    --results-json "$out/parameter_server.json"
-part unit timeout 150 "$python" -m pytest bench_tests/unit -q -p no:cacheprovider --timeout 60
+{
+    if ((cpu)); then
+        echo "gpu_check --cpu on $(hostname): $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+    else
+        nvidia-smi -L
+    fi
+    "$python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda,
+"cuDNN", torch.backends.cudnn.version(), torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")'
+    echo "system $system (baselines: $baselines/$system.json), ranks $rank_list, budget ${budget}s"
+    git -C "$repo" rev-parse HEAD 2>/dev/null && git -C "$repo" status --short ||
+        echo "no git checkout here: the baselines' provenance will have no git commit"
+} 2>&1 | tee "$out/machine.log"
+
+suite=("$python" -m pytest -m scaling --pyargs harness.bench -p no:cacheprovider --launcher torchrun
+       --device "$device" "${workload[@]}" --no-history --results-dir="$out/results")
+record=(--update-baselines --repeat 3 --measure-budget 0 --system "$system" --baselines-dir="$baselines")
+
+part reference env DLSCALE_BENCHMARKS=1 DLSCALE_REFERENCE_FRAMEWORKS=ddp DLSCALE_REFERENCE_RANKS="$rank_list" \
+    DLSCALE_REFERENCE_DTYPES="$reference_dtypes" "${reference_env[@]}" \
+    "$python" -m pytest bench_tests/benchmarks/test_reference_loops.py -k test_harness_matches_reference_loops \
+    -s -p no:cacheprovider
+part ddp "${suite[@]}" "${record[@]}" --gpus "$rank_list" --frameworks ddp --loaders synthetic,native \
+    --dtypes "$dtypes" --results-json="$out/ddp.json"
+part ddp_channels_last "${suite[@]}" "${record[@]}" --gpus "$rank_list" --frameworks ddp --loaders synthetic \
+    --dtypes bf16 --channels-last --results-json="$out/ddp_channels_last.json"
+if [[ "$chosen" != *",deepspeed,"* ]] || missing="$("$python" -c 'import deepspeed' 2>&1 >/dev/null)"; then
+    part deepspeed "${suite[@]}" "${record[@]}" --gpus "$rank_list" --frameworks deepspeed --loaders synthetic \
+        --dtypes bf16 --results-json="$out/deepspeed.json"
+else
+    skip deepspeed "import deepspeed fails here: $(tail -n 1 <<<"$missing")"
+fi
+part parameter_server "${suite[@]}" --gpus 2 --frameworks torch_ps_sync,torch_ps_async --loaders synthetic \
+    --measure-budget 0 --hang-timeout 120 --system "$system" --baselines-dir="$baselines" \
+    --results-json="$out/parameter_server.json"
+part unit "$python" -m pytest bench_tests/unit -q -p no:cacheprovider --timeout 60
+
+echo "== gpu_check ($system, $((SECONDS))s of ${budget}s):"
+printf '   %s\n' "${summary[@]}"
 exit "$status"

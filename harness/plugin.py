@@ -54,6 +54,9 @@ OPTIONS = (
                              f"{', '.join(DEFAULT_MATRIX.loaders)})", str),
     ("--models", "models", f"comma-separated models of {', '.join(MODELS.names())} (default "
                            f"{', '.join(DEFAULT_MATRIX.models)})", str),
+    ("--dtypes", "dtypes", "comma-separated arithmetic the cells train in, each a cell of its own: fp32 (TF32 off), "
+                           "tf32 (GPU), bf16 (autocast; DeepSpeed's own bf16), fp16 (GPU: autocast and a gradient "
+                           "scaler; DeepSpeed's own fp16); torch's frameworks only (default fp32)", str),
     ("--partition", "partition", "Slurm partition srun starts the cells in; the baselines are then "
                                  "<system>:<partition>.json (default: the allocation's, else none)", str),
     ("--system", "system", "baseline file name (default: $DLSCALE_SYSTEM, the Slurm cluster name, or the host)", str),
@@ -127,6 +130,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 f"{help_text} (default {default})"
         group.addoption(flag, dest=f"dlscale_{dest}", type=kind, default=None,
                         help=help_text.replace("%", "%%"))  # argparse formats help with %
+    group.addoption("--channels-last", dest="dlscale_channels_last", action="store_true",
+                    help="torch's cells train on channels-last tensors (NHWC), each a cell of its own")
+    group.addoption("--compile", dest="dlscale_compile", action="store_true",
+                    help="torch's cells train a model compiled by torch.compile, each a cell of its own")
     group.addoption("--update-baselines", dest="dlscale_update_baselines", action="store_true",
                     help="record the completed cells' figures as the system's new baselines")
     group.addoption("--launch-env", dest="dlscale_launch_env", action="append", default=[], metavar="NAME=VALUE",
@@ -173,6 +180,8 @@ def pytest_configure(config: pytest.Config) -> None:
     values["confirm"] = config.getoption("dlscale_confirm")
     values["yardstick"] = not config.getoption("dlscale_no_yardstick")
     values["accept_regressions"] = config.getoption("dlscale_accept_regressions")
+    values["channels_last"] = config.getoption("dlscale_channels_last")
+    values["compile"] = config.getoption("dlscale_compile")
     try:
         config.stash[SUITE_KEY] = Suite(SuiteOptions(update_baselines=config.getoption("dlscale_update_baselines"),
                                                      **values))

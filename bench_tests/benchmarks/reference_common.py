@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-def parse(argv: list[str], frameworks: tuple[str, ...]) -> argparse.Namespace:
+def parse(argv: list[str], frameworks: tuple[str, ...],
+          extend: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """The shared options; ``extend`` adds a loop's own (reference_loops.py's precision and layout),
+    so that a loop that has no such option refuses it instead of ignoring it."""
     parser = argparse.ArgumentParser(prog="python -m bench_tests.benchmarks.reference_loops")
     parser.add_argument("--framework", choices=frameworks, required=True)
     parser.add_argument("--batch", type=int, default=16, help="images per rank per step")
@@ -26,6 +29,8 @@ def parse(argv: list[str], frameworks: tuple[str, ...]) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=0,
                         help="kernel threads per process where a loop takes them (0: the framework's default)")
     parser.add_argument("--out", type=Path, required=True, help="directory for rank<R>.json")
+    if extend is not None:
+        extend(parser)
     return parser.parse_args(argv)
 
 

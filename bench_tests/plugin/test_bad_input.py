@@ -100,6 +100,16 @@ CASES = {
     "unknown-model": ({}, ["--models", "nope"], ["--models: unknown model 'nope'; valid names: resnet50"]),
     "unknown-launcher": ({}, ["--launcher", "nope"], ["--launcher: unknown launcher 'nope'; valid names: srun"]),
     "unknown-device": ({}, ["--device", "gpu"], ["--device: unknown device 'gpu'; valid names: auto, cpu, cuda"]),
+    # numerics
+    "unknown-dtype": ({}, ["--dtypes", "fp32,fp8"], ["--dtypes: unknown dtype 'fp8'; valid names: fp32, tf32, bf16, fp16"]),
+    "gpu-dtype-on-cpus": ({}, ["--device", "cpu", "--dtypes", "bf16,tf32"],
+                          ["--dtypes tf32: tf32 is a GPU arithmetic; these ranks run on CPUs (use fp32 or bf16)"]),
+    "dtype-no-framework-of-the-matrix-has": ({}, ["--frameworks", "tensorflow", "--loaders", "synthetic", "--dtypes", "bf16"],
+                                             ["the matrix holds no cell", "tensorflow-synthetic-resnet50-bf16"]),
+    "baseline-cell-of-a-dtype-its-framework-lacks": (
+        {BASELINE: baseline(cell="mxnet-synthetic-resnet50-bf16-g1")}, [],
+        ["baseline file {tmp}/baselines/badsys.json", "'mxnet-synthetic-resnet50-bf16-g1'",
+         "mxnet trains in fp32 here, not bf16"]),
     # dataset
     "data-a-file": ({"afile": "x"}, ["--loaders", "native", "--data={tmp}/afile"],
                     ["--data: dataset {tmp}/afile is a file, not an ImageFolder tree"]),

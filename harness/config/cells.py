@@ -10,9 +10,10 @@ from typing import Any, Mapping
 
 from harness.common.registry import Registry
 from harness.rank.cell import Cell
-from harness.rank.frameworks import FRAMEWORKS, has_servers
+from harness.rank.frameworks import FRAMEWORKS, has_servers, numerics_unsupported
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
+from harness.rank.numerics import DEFAULT_DTYPE, DTYPES, Numerics
 from harness.rank.workload import Workload
 
 
@@ -61,6 +62,9 @@ class Matrix:
     loaders: tuple[str, ...] = ("synthetic", "native", "dali-cpu", "dali-cpu-tfrecord")
     models: tuple[str, ...] = ("resnet50",)
     ranks: tuple[int, ...] = (1, 2)
+    dtypes: tuple[str, ...] = (DEFAULT_DTYPE,)
+    channels_last: bool = False
+    compiled: bool = False
 
     def __post_init__(self) -> None:
         for registry, names in ((FRAMEWORKS, self.frameworks), (LOADERS, self.loaders), (MODELS, self.models)):
@@ -68,25 +72,33 @@ class Matrix:
                 registry.check(name)
         if any(r < 1 for r in self.ranks):
             raise ValueError(f"rank counts must be positive, got {list(self.ranks)}")
+        for dtype in self.dtypes:
+            Numerics(dtype=dtype)
+
+    def numerics(self) -> list[Numerics]:
+        return [Numerics(dtype=dtype, channels_last=self.channels_last, compiled=self.compiled) for dtype in self.dtypes]
 
     def cells(self) -> list[Cell]:
         """Every cell, each series' rank counts in increasing order so references come first. A
-        framework meets only the loaders and models its runtime implements (TensorFlow has no DALI
-        loader here, torch no native TFRecord reader): other combinations are no cell at all."""
-        return [Cell(framework=f, loader=l, model=m, ranks=g)
-                for f in self.frameworks for l in self.loaders for m in self.models if implemented(f, l, m)
-                for g in sorted(set(self.ranks))]
+        framework meets only the loaders, models and numerics its runtime implements (TensorFlow has
+        no DALI loader here, torch no native TFRecord reader, only torch's frameworks train in bf16):
+        other combinations are no cell at all."""
+        return [Cell(framework=f, loader=l, model=m, ranks=g, **dataclasses.asdict(n))
+                for f in self.frameworks for l in self.loaders for m in self.models for n in self.numerics()
+                if implemented(f, l, m, n) for g in sorted(set(self.ranks))]
 
     def unimplemented(self) -> list[str]:
-        """The framework x loader x model series of the matrix that no runtime implements."""
-        return [f"{f}-{l}-{m}" for f in self.frameworks for l in self.loaders for m in self.models
-                if not implemented(f, l, m)]
+        """The framework x loader x model series (and numerics) of the matrix that no runtime implements."""
+        return ["-".join((f, l, m, *n.words)) for f in self.frameworks for l in self.loaders for m in self.models
+                for n in self.numerics() if not implemented(f, l, m, n)]
 
 
-def implemented(framework: str, loader: str, model: str) -> bool:
-    """Whether the framework's runtime has the loader and the model."""
+def implemented(framework: str, loader: str, model: str, numerics: Numerics = Numerics()) -> bool:
+    """Whether the framework's runtime has the loader and the model, and the framework trains in
+    ``numerics`` (on some device: a GPU-only dtype is the session's to refuse on CPUs)."""
     runtime = FRAMEWORKS.entry(framework).runtime
-    return LOADERS.target(loader, runtime) is not None and MODELS.target(model, runtime) is not None
+    return (LOADERS.target(loader, runtime) is not None and MODELS.target(model, runtime) is not None
+            and numerics_unsupported(framework, numerics, gpu=None) is None)
 
 
 DEFAULT_MATRIX = Matrix(
@@ -173,6 +185,14 @@ def check_name(option: str, name: str, registry: Registry) -> None:
         raise ValueError(f"{option}: {error}") from None
 
 
+def parse_dtypes(text: str) -> tuple[str, ...]:
+    dtypes = parse_list(text)
+    if not dtypes or (unknown := [dtype for dtype in dtypes if dtype not in DTYPES]):
+        raise ValueError(f"--dtypes: unknown dtype {unknown[0]!r}; valid names: {', '.join(DTYPES)}" if dtypes
+                         else f"--dtypes: no name given; valid names: {', '.join(DTYPES)}")
+    return dtypes
+
+
 def parse_ranks(text: str) -> tuple[int, ...]:
     usage = f"--gpus takes comma-separated positive rank counts such as 1,2,4; got {text!r}"
     try:
@@ -206,19 +226,30 @@ def scaling_cell(cell_id: str) -> Cell | None:
     against the registries (a baseline may name a backend this installation lacks); ``None`` for
     an accuracy cell's id or one of another form. Framework and model names hold no ``-``; loader
     names may (``dali-cpu-tfrecord``)."""
-    match = re.fullmatch(r"([^-]+)-(.+)-([^-]+)-g(\d+)", cell_id)
+    match = _CELL_ID.fullmatch(cell_id)
     if not match or cell_id.startswith("accuracy-"):
         return None
-    framework, loader, model, ranks = match.groups()
-    return Cell(framework=framework, loader=loader, model=model, ranks=int(ranks))
+    return _split_cell_id(match["rest"], int(match["ranks"]))
+
+
+def _split_cell_id(rest: str, ranks: int) -> Cell | None:
+    """Framework and model names hold no ``-``; loader names may (``dali-cpu-tfrecord``); the
+    numerics' words, when there are any, follow the model."""
+    framework, *words = rest.split("-")
+    numerics, words = Numerics.from_words(words)
+    if len(words) < 2:
+        return None
+    return Cell(framework=framework, loader="-".join(words[:-1]), model=words[-1], ranks=ranks,
+                **dataclasses.asdict(numerics))
 
 
 def _parse_cell_id(rest: str, ranks: int) -> Cell:
-    framework, *loader, model = rest.split("-")  # framework and model names hold no "-"; loader names may
-    if not loader:
+    cell = _split_cell_id(rest, ranks)
+    if cell is None:
         raise ValueError("not of the form <framework>-<loader>-<model>-g<ranks>")
-    cell = Cell(framework=framework, loader="-".join(loader), model=model, ranks=ranks)
     Matrix(frameworks=(cell.framework,), loaders=(cell.loader,), models=(cell.model,), ranks=(ranks,))  # names known?
+    if reason := numerics_unsupported(cell.framework, cell.numerics, gpu=None):
+        raise ValueError(reason)
     return cell
 
 
@@ -262,9 +293,15 @@ def measured_config(workload: Mapping[str, Any], cell: Cell | None) -> dict[str,
 
 
 def config_hash(workload: Mapping[str, Any], cell: Cell) -> str:
-    """Hash of everything that changes what a cell measures, except the rank count."""
+    """Hash of everything that changes what a cell measures, except the rank count (numerics at
+    their defaults left out, so that the baselines recorded before they existed stay current)."""
     return short_hash({**measured_config(workload, cell),
-                       "framework": cell.framework, "loader": cell.loader, "model": cell.model})
+                       "framework": cell.framework, "loader": cell.loader, "model": cell.model, **numerics_of(cell)})
+
+
+def numerics_of(cell: Cell) -> dict[str, Any]:
+    """The cell's numerics that are not the defaults (:mod:`harness.rank.numerics`), by field."""
+    return {key: value for key, value in cell.to_spec().items() if key not in ("framework", "loader", "model", "ranks")}
 
 
 def short_hash(fields: Mapping[str, Any]) -> str:

@@ -29,6 +29,11 @@ class SuiteOptions:
     loaders: str | None = None
     models: str | None = None
     gpus: str | None = None
+    dtypes: str | None = None
+    """Comma-separated arithmetic of the cells (harness.rank.numerics.DTYPES); None: fp32."""
+    channels_last: bool = False
+    compile: bool = False
+    """Every cell's model compiled with ``torch.compile``."""
     system: str | None = None
     partition: str | None = None
     """Slurm partition: srun starts the ranks there, and the baselines are ``<system>:<partition>``'s."""

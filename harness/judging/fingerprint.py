@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping
 
 from harness.common.commands import command_output
 from harness.config.cells import config_hash as cell_config_hash
-from harness.config.cells import measured_config, scaling_cell
+from harness.config.cells import measured_config, numerics_of, scaling_cell
 from harness.machine.node import node_facts
 from harness.machine.provenance import version_text
 from harness.rank.frameworks import FRAMEWORKS
@@ -61,7 +61,7 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
     cell = scaling_cell(cell_id)
     gpu = any(str(r.get("device", "")).startswith("cuda") for r in records)
     nodes = _nodes_facts(records, gpu)
-    config = measured_config(workload, cell)
+    config = {**measured_config(workload, cell), **(numerics_of(cell) if cell else {})}
     if config_hash is None:
         if cell is None:
             raise ValueError(f"cannot derive the config hash of {cell_id!r}: pass config_hash")

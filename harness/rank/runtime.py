@@ -19,6 +19,7 @@ from typing import Any
 
 from harness.common.registry import Entry, Registry
 from harness.rank.clocks import HostClock, StepClock, Sync
+from harness.rank.numerics import Numerics
 
 RUNTIMES = Registry("runtime", {
     "torch": Entry("harness.rank.torch_runtime:TorchRuntime", requires="torch"),
@@ -103,10 +104,13 @@ class RankRuntime(abc.ABC):
     def seed(self, seed: int) -> None: ...
 
     @abc.abstractmethod
-    def build(self, adapter, model: str, workload, world_size: int, device) -> tuple[Any, Any, Any]:
-        """The model (randomly initialised), an SGD optimizer with the workload's momentum and weight
-        decay at the linearly scaled learning rate, and the label-smoothed cross-entropy loss; built
-        where ``adapter`` wants its variables (:meth:`FrameworkAdapter.scope`)."""
+    def build(self, adapter, model: str, workload, world_size: int, device,
+              numerics: Numerics = Numerics()) -> tuple[Any, Any, Any]:
+        """The model (randomly initialised, run in ``numerics``), an SGD optimizer with the workload's
+        momentum and weight decay at the linearly scaled learning rate, and the label-smoothed
+        cross-entropy loss; built where ``adapter`` wants its variables (:meth:`FrameworkAdapter.scope`).
+        A runtime whose frameworks train in fp32 alone is never given other numerics (the registry
+        says which: :func:`harness.rank.numerics.unsupported`)."""
 
     @abc.abstractmethod
     def probe(self, model, loss_fn, device):

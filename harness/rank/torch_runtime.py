@@ -7,7 +7,9 @@ import torch
 from harness.rank.clocks import CudaEventClock, StepClock
 from harness.rank.loaders import LOADERS
 from harness.rank.models import build_model
+from harness.rank.numerics import Numerics
 from harness.rank.runtime import RankRuntime, Sync
+from harness.rank.torch_numerics import as_trained
 from harness.rank.trainloop import ComputeProbe, device_sync
 
 
@@ -27,8 +29,9 @@ class TorchRuntime(RankRuntime):
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)
 
-    def build(self, adapter, model: str, workload, world_size: int, device):
+    def build(self, adapter, model: str, workload, world_size: int, device, numerics: Numerics = Numerics()):
         network = build_model(model, workload.num_classes).to(device)
+        network = as_trained(network, numerics, device, keeps_weights_in_dtype=adapter.keeps_weights_in_dtype)
         optimizer = torch.optim.SGD(network.parameters(), lr=workload.base_lr * world_size,
                                     momentum=workload.momentum, weight_decay=workload.weight_decay)
         return network, optimizer, torch.nn.CrossEntropyLoss(label_smoothing=workload.label_smoothing)

@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 
 from harness import HARNESS_SOURCE
 from harness.common.jsonio import write_json_atomic
+from harness.rank.numerics import Numerics
 from harness.rank.rankenv import RankInfo, address_toward, read_rank_info
 from harness.rank.spec import WorkerSpec
 from harness.rank.stacks import StackDumps
@@ -55,9 +56,10 @@ def threads_for(rank: RankInfo, requested: int | None) -> int:
 
 @contextlib.contextmanager
 def framework_on_this_rank(framework: str, ranks: int, batch_per_rank: int, spec: WorkerSpec, rank: RankInfo,
-                           device, workload) -> Iterator:
+                           device, workload, numerics: Numerics = Numerics()) -> Iterator:
     """The cell's framework adapter, set up for this rank's world and shut down after the block. It
-    is given the workload's knobs that its registry entry claims (a parameter server's count)."""
+    is given the workload's knobs that its registry entry claims (a parameter server's count) and
+    the numerics the cell trains in."""
     from harness.rank.frameworks import FRAMEWORKS
 
     if ranks != rank.world_size:
@@ -66,6 +68,7 @@ def framework_on_this_rank(framework: str, ranks: int, batch_per_rank: int, spec
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = rank.master_addr, str(rank.master_port)
     knobs = {knob: getattr(workload, knob) for knob in FRAMEWORKS.entry(framework).knobs}
     adapter = FRAMEWORKS.create(framework, **knobs, **spec.options.framework_options)
+    adapter.numerics = numerics
     adapter.configure(batch_size=batch_per_rank, workdir=Path(spec.output_dir))
     adapter.setup(rank, device)
     try:
@@ -81,7 +84,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     from harness.machine.yardstick import run_yardstick
     from harness.rank.cell import Cell
     from harness.rank.faults import with_fault, with_fault_batches
-    from harness.rank.frameworks import FRAMEWORKS, serves
+    from harness.rank.frameworks import FRAMEWORKS, numerics_unsupported, serves
     from harness.rank.packages import tracked_packages
     from harness.rank.runtime import RUNTIMES
     from harness.rank.trainloop import PROBE_STEPS, DelayedBatches, run_probes, train
@@ -91,6 +94,9 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     runtime = RUNTIMES.create(FRAMEWORKS.entry(cell.framework).runtime)
     serving = serves(cell.framework, rank.rank, rank.world_size, workload.ps_servers)
     device = runtime.pick_device("cpu" if serving else options.device, rank.local_rank)
+    # a parameter server computes no step: its CPU is no reason to refuse a GPU arithmetic
+    if reason := numerics_unsupported(cell.framework, cell.numerics, gpu=None if serving else device.type == "cuda"):
+        raise RuntimeError(f"{cell.id}: {reason}")
     if options.cores_per_rank:
         cores = bind(rank.local_rank, options.cores_per_rank)
     elif device.type == "cuda":
@@ -108,10 +114,10 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     # says nothing about a GPU's speed, so GPU cells go without.
     yardstick = run_yardstick() if device.type == "cpu" and options.yardstick else None
     with framework_on_this_rank(cell.framework, cell.ranks, workload.batch_size, spec, rank, device,
-                                workload) as adapter:
+                                workload, cell.numerics) as adapter:
         with adapter.scope():
             model, optimizer, loss_fn = runtime.build(adapter, cell.model, workload,
-                                                      adapter.training_ranks(rank.world_size), device)
+                                                      adapter.training_ranks(rank.world_size), device, cell.numerics)
         probe = runtime.probe(model, loss_fn, device)  # before the adapter wraps the model
         adapter.wrap(model, optimizer, loss_fn)
         progress("setup", 1, 1)
@@ -154,6 +160,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
         "harness": str(HARNESS_SOURCE),  # which code ran: an A/B's reference runs another checkout's
         "device": str(device),
         "threads": threads,
+        "numerics": dataclasses.asdict(cell.numerics),
         **({"cores": cores} if cores else {}),
         # as this rank sees them: a launcher that drops the site's settings shows here
         "launch_environment": {name: os.environ.get(name) for name in spec.launch_environment},

@@ -62,13 +62,15 @@ def estimate(cell: Mapping, metric: str) -> tuple[float, float | None, float | N
 
 
 def _series(cells: Sequence[Mapping], metric: str) -> dict[str, dict[tuple[str, str], list[tuple]]]:
-    """model -> (framework, loader) -> [(ranks, value, low, high)] sorted by ranks."""
+    """model (with its numerics: ``resnet50-bf16``) -> (framework, loader) -> [(ranks, value, low, high)]
+    sorted by ranks."""
     by_model: dict[str, dict[tuple[str, str], list[tuple]]] = defaultdict(lambda: defaultdict(list))
     for cell in cells:
         parsed = scaling_cell(cell["cell"])
         found = estimate(cell, metric) if parsed else None
         if found is not None:
-            by_model[parsed.model][(parsed.framework, parsed.loader)].append((parsed.ranks, *found))
+            model = "-".join((parsed.model, *parsed.numerics.words))
+            by_model[model][(parsed.framework, parsed.loader)].append((parsed.ranks, *found))
     return {model: {key: sorted(points) for key, points in sorted(series.items())}
             for model, series in sorted(by_model.items())}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from harness.config.cells import (DEFAULT_MATRIX, PROFILES, AccuracyCell, DatasetShape, Matrix, check_name,
-                                  parse_cell_id, parse_names, parse_ranks)
+                                  parse_cell_id, parse_dtypes, parse_names, parse_ranks)
 from harness.config.options import SuiteError, SuiteOptions
 from harness.data.dataset import DatasetError, ensure, validate_image_folder
 from harness.data.tfrecord import TFRecordError, convert, open_tfrecord_set
@@ -19,7 +19,7 @@ from harness.launch.launchers import LAUNCHERS, Launcher, gpus_a_job_step_sees
 from harness.launch.runner import RunLimits
 from harness.machine import allocation
 from harness.rank.cell import Cell
-from harness.rank.frameworks import FRAMEWORKS, has_servers, training_ranks
+from harness.rank.frameworks import FRAMEWORKS, has_servers, numerics_unsupported, training_ranks
 from harness.rank.loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
 from harness.rank.models import MODELS
 from harness.rank.runtime import unavailable as runtime_unavailable
@@ -38,7 +38,9 @@ def matrix_of(options: SuiteOptions) -> Matrix:
             else DEFAULT_MATRIX.frameworks,
             loaders=parse_names("--loaders", options.loaders, LOADERS) if options.loaders else DEFAULT_MATRIX.loaders,
             models=parse_names("--models", options.models, MODELS) if options.models else default_models(options),
-            ranks=parse_ranks(options.gpus) if options.gpus else DEFAULT_MATRIX.ranks)
+            ranks=parse_ranks(options.gpus) if options.gpus else DEFAULT_MATRIX.ranks,
+            dtypes=parse_dtypes(options.dtypes) if options.dtypes else DEFAULT_MATRIX.dtypes,
+            channels_last=options.channels_last, compiled=options.compile)
         if options.launcher:
             check_name("--launcher", options.launcher, LAUNCHERS)
     except ValueError as error:
@@ -47,6 +49,13 @@ def matrix_of(options: SuiteOptions) -> Matrix:
         raise SuiteError(f"the matrix holds no cell: no framework's runtime implements "
                          f"{', '.join(matrix.unimplemented())} (see --help for each option's names)")
     return matrix
+
+
+def check_numerics(cells: list[Cell], gpus: bool) -> None:
+    """A GPU-only arithmetic asked of a session whose ranks run on CPUs is refused before any launch."""
+    for cell in cells:
+        if reason := numerics_unsupported(cell.framework, cell.numerics, gpu=gpus):
+            raise SuiteError(f"--dtypes {cell.dtype}: {reason}")
 
 
 def default_models(options: SuiteOptions) -> tuple[str, ...]:

@@ -129,6 +129,7 @@ class Suite:
         options = self.options
         if options.gpus:
             preflight.check_rank_counts(options, self.cells(), self.ps_servers, *self._rank_capacity)
+        preflight.check_numerics(self.cells(), self.uses_gpus)
         preflight.check_writable_places(options)
         self.data_dir, self.tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()},
                                                                    self.profile.dataset)

@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 from harness.common.registry import Entry, Registry
+from harness.rank.numerics import CHANNELS_LAST, COMPILED, DTYPES, GPU_ONLY, Numerics
 
 _FRAMEWORKS_SCRIPT = "bash ci/install_frameworks.sh .venv"
+_ALL_DTYPES = DTYPES
+"""Autocast, and for fp16 a gradient scaler the adapter steps with (DeepSpeed: its own bf16 and fp16)."""
 _HOROVOD = {"requires": "horovod", "install": f"{_FRAMEWORKS_SCRIPT} (builds Horovod against your torch)",
-            "stack": {"horovod": "horovod"}, "uses_mpi": True}
+            "stack": {"horovod": "horovod"}, "uses_mpi": True, "dtypes": _ALL_DTYPES}
 _DEEPSPEED = {"requires": "deepspeed", "install": f"pip install 'dlscale[deepspeed]' or {_FRAMEWORKS_SCRIPT}",
-              "stack": {"deepspeed": "deepspeed"}}
+              "stack": {"deepspeed": "deepspeed"}, "dtypes": _ALL_DTYPES}
+_TORCH_PS_DTYPES = ("fp32", "tf32", "bf16")
+"""No gradient scaler: fp16 gradients would underflow before they reach a server."""
 
 _TENSORFLOW = {"runtime": "tensorflow", "stack": {"tensorflow": "tensorflow", "keras": "keras"}}
 _MXNET = {"runtime": "mxnet", "stack": {"mxnet": "mxnet"}}
@@ -15,7 +20,7 @@ _TORCH_PS = "harness.rank.frameworks.torch_ps:TorchPSAdapter"
 _MXNET_PS = "harness.rank.frameworks.mxnet_ps:MXNetPSAdapter"
 
 FRAMEWORKS = Registry("framework", {
-    "ddp": Entry("harness.rank.frameworks.ddp:DDPAdapter"),
+    "ddp": Entry("harness.rank.frameworks.ddp:DDPAdapter", dtypes=_ALL_DTYPES, model_forms=(CHANNELS_LAST, COMPILED)),
     "horovod": Entry("harness.rank.frameworks.horovod:HorovodAdapter", **_HOROVOD),
     "deepspeed": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", **_DEEPSPEED),
     "deepspeed_zero1": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", {"zero_stage": 1}, **_DEEPSPEED),
@@ -25,8 +30,8 @@ FRAMEWORKS = Registry("framework", {
                         install="bash ci/install_horovod_tf.sh (builds Horovod against TensorFlow)", uses_mpi=True,
                         runtime="tensorflow", stack={**_TENSORFLOW["stack"], "horovod": "horovod"}),
     "mxnet": Entry("harness.rank.frameworks.mxnet:MXNetAdapter", **_MXNET),
-    "torch_ps_sync": Entry(_TORCH_PS, {"mode": "sync"}, knobs=("ps_servers",)),
-    "torch_ps_async": Entry(_TORCH_PS, {"mode": "async"}, knobs=("ps_servers",)),
+    "torch_ps_sync": Entry(_TORCH_PS, {"mode": "sync"}, knobs=("ps_servers",), dtypes=_TORCH_PS_DTYPES),
+    "torch_ps_async": Entry(_TORCH_PS, {"mode": "async"}, knobs=("ps_servers",), dtypes=_TORCH_PS_DTYPES),
     "mxnet_ps_sync": Entry(_MXNET_PS, {"mode": "sync"}, knobs=("ps_servers",), **_MXNET),
     "mxnet_ps_async": Entry(_MXNET_PS, {"mode": "async"}, knobs=("ps_servers",), **_MXNET),
     "tensorflow_ps_async": Entry("harness.rank.frameworks.tensorflow_ps:TensorFlowPSAdapter", {"mode": "async"},
@@ -47,3 +52,18 @@ def training_ranks(framework: str, ranks: int, ps_servers: int) -> int:
 def serves(framework: str, rank: int, world_size: int, ps_servers: int) -> bool:
     """Whether ``rank`` is one of the cell's parameter servers (the last ranks): it needs no GPU."""
     return rank >= training_ranks(framework, world_size, ps_servers)
+
+
+def numerics_unsupported(framework: str, numerics: Numerics, *, gpu: bool | None) -> str | None:
+    """Why the framework (the dtypes and model forms its registry entry claims) cannot train in
+    ``numerics``, on a GPU or not (``gpu`` None: not known yet), or None."""
+    entry = FRAMEWORKS.entry(framework)
+    if numerics.dtype not in entry.dtypes:
+        return f"{framework} trains in {', '.join(entry.dtypes)} here, not {numerics.dtype}"
+    forms = [word for word in numerics.words if word != numerics.dtype]
+    if lacking := [form for form in forms if form not in entry.model_forms]:
+        return f"{framework} cells have no {lacking[0]} model here" + \
+            (f" (only {', '.join(entry.model_forms)})" if entry.model_forms else "")
+    if gpu is False and numerics.dtype in GPU_ONLY:
+        return f"{numerics.dtype} is a GPU arithmetic; these ranks run on CPUs (use fp32 or bf16)"
+    return None

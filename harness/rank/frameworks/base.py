@@ -6,6 +6,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
+from harness.rank.numerics import Numerics
 from harness.rank.rankenv import RankInfo
 
 if TYPE_CHECKING:  # adapters of other runtimes than torch's use this interface too
@@ -18,6 +19,12 @@ class FrameworkAdapter(abc.ABC):
     """Wraps one distributed framework: set-up, one training step in two halves, collectives."""
 
     name: str
+    numerics: Numerics = Numerics()
+    """What the cell trains in; the worker sets it before :meth:`setup` (the runtime has applied it to
+    the model; an adapter that steps its optimizer scales fp16's losses)."""
+    keeps_weights_in_dtype = False
+    """The framework holds a bf16 or fp16 cell's weights in that dtype itself (DeepSpeed), instead of
+    running float32 weights under autocast."""
 
     def configure(self, *, batch_size: int, workdir: Path | None = None) -> None:
         """Called before :meth:`setup` with the images per rank per step and the launch's directory,

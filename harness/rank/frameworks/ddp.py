@@ -8,6 +8,7 @@ import torch.distributed as dist
 
 from harness.rank.frameworks.base import FrameworkAdapter, LossFn
 from harness.rank.rankenv import RankInfo
+from harness.rank.torch_numerics import LossScaling
 
 
 class DDPAdapter(FrameworkAdapter):
@@ -32,14 +33,15 @@ class DDPAdapter(FrameworkAdapter):
             model, device_ids=device_ids, bucket_cap_mb=self.bucket_cap_mb)
         self.optimizer = optimizer
         self.loss_fn = loss_fn
+        self.scaling = LossScaling(self.numerics, self.device)
 
     def forward_backward(self, images, labels):
         loss = self.loss_fn(self.model(images), labels)
-        loss.backward()  # DDP's autograd hooks all-reduce the gradient buckets during backward
+        self.scaling.backward(loss)  # DDP's autograd hooks all-reduce the gradient buckets during backward
         return loss.detach()
 
     def optimizer_step(self) -> None:
-        self.optimizer.step()
+        self.scaling.step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
 
     def average(self, tensor):
@@ -56,4 +58,4 @@ class DDPAdapter(FrameworkAdapter):
 
     def settings(self) -> dict:
         return {"backend": dist.get_backend() if dist.is_initialized() else None,
-                "bucket_cap_mb": self.bucket_cap_mb}
+                "bucket_cap_mb": self.bucket_cap_mb, **self.scaling.settings()}

@@ -1,4 +1,6 @@
-"""DeepSpeed's engine, ZeRO stage 0, 1 or 2, fp32; the registry's ``deepspeed_zero<N>`` entries preset the stage.
+"""DeepSpeed's engine, ZeRO stage 0, 1 or 2; the registry's ``deepspeed_zero<N>`` entries preset the
+stage. A bf16 or fp16 cell trains with DeepSpeed's own bf16 or fp16 (weights in that dtype, float32
+master weights in its optimizer, fp16's dynamic loss scale), not autocast.
 
 DeepSpeed is imported on first use, never at module import.
 """
@@ -44,6 +46,7 @@ def merged(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict:
 
 class DeepSpeedAdapter(FrameworkAdapter):
     name = "deepspeed"
+    keeps_weights_in_dtype = True
 
     def __init__(self, *, zero_stage: int = 0, config_overrides: Mapping[str, Any] | None = None,
                  timeout_s: int = 300):
@@ -84,8 +87,8 @@ class DeepSpeedAdapter(FrameworkAdapter):
             "zero_optimization": {"stage": self.zero_stage},
             "zero_allow_untested_optimizer": True,  # ZeRO 1/2 with the worker's torch SGD
             "gradient_clipping": 0.0,  # DeepSpeed's default clips to norm 1.0; DDP and Horovod do not clip
-            "fp16": {"enabled": False},
-            "bf16": {"enabled": False},
+            "fp16": {"enabled": self.numerics.dtype == "fp16"},
+            "bf16": {"enabled": self.numerics.dtype == "bf16"},
             "steps_per_print": 2**31 - 1,  # no progress lines in the cell's output
         }, self.config_overrides)
 

@@ -10,6 +10,7 @@ import torch
 from harness.rank.frameworks.base import FrameworkAdapter, LossFn
 from harness.rank.frameworks.horovod_common import HorovodKnobs, horovod_settings, import_horovod, init_checked
 from harness.rank.rankenv import RankInfo
+from harness.rank.torch_numerics import LossScaling
 
 INSTALL = "ci/install_frameworks.sh .venv"
 
@@ -40,16 +41,17 @@ class HorovodAdapter(FrameworkAdapter):
                                                   op=hvd.Average)
         self.model = model
         self.loss_fn = loss_fn
+        self.scaling = LossScaling(self.numerics, self.device)
 
     def forward_backward(self, images, labels):
         loss = self.loss_fn(self.model(images), labels)
-        loss.backward()  # each gradient's all-reduce starts, asynchronously, as soon as it is ready
+        self.scaling.backward(loss)  # each gradient's all-reduce starts, asynchronously, as soon as it is ready
         self.optimizer.synchronize()  # wait for them: the step's communication ends here, as in DDP
         return loss.detach()
 
     def optimizer_step(self) -> None:
         with self.optimizer.skip_synchronize():  # synchronised at the end of forward_backward
-            self.optimizer.step()
+            self.scaling.step(self.optimizer)  # fp16: unscaled (the averaged gradients) before the step
         self.optimizer.zero_grad()
 
     def average(self, tensor):
@@ -63,4 +65,4 @@ class HorovodAdapter(FrameworkAdapter):
             self.hvd.shutdown()
 
     def settings(self) -> dict:
-        return horovod_settings(self.hvd)
+        return {**horovod_settings(self.hvd), **self.scaling.settings()}

@@ -53,7 +53,7 @@ class MXNetRuntime(RankRuntime):
         np.random.seed(seed)
         mx.random.seed(seed)
 
-    def build(self, adapter, model: str, workload, world_size: int, device):
+    def build(self, adapter, model: str, workload, world_size: int, device, numerics=None):
         import mxnet as mx
 
         from harness.rank.gluon.training import SmoothedCrossEntropy, hybridized, initialize

@@ -61,7 +61,7 @@ class TensorFlowRuntime(RankRuntime):
     def seed(self, seed: int) -> None:
         keras.utils.set_random_seed(seed)
 
-    def build(self, adapter, model: str, workload, world_size: int, device):
+    def build(self, adapter, model: str, workload, world_size: int, device, numerics=None):
         network = MODELS.create_in("tensorflow", model, image_size=workload.image_size,
                                    num_classes=workload.num_classes)
         # Keras' SGD: the same momentum update as torch's; its weight decay is decoupled (w -= lr*wd*w).
