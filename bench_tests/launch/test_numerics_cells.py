@@ -1,6 +1,9 @@
-"""Cells in another arithmetic and layout, trained through a real launcher: bf16 autocast on
-channels-last tensors learns the batch as fp32 does, DeepSpeed trains in its own bf16, and a
-compiled model trains (ci/test --full: torch.compile takes about 100 s on two cores)."""
+"""Cells in another arithmetic and layout, trained through a real launcher: bf16 autocast learns
+the batch as fp32 does, DeepSpeed trains in its own bf16, and a compiled model trains (ci/test
+--full: torch.compile takes about 100 s on two cores). Channels-last tensors reach the model as the
+dtype does (one ``Numerics``, bench_tests/unit/rank/test_numerics.py checks what they do to it):
+here they would hide a bf16 cell that ran in fp32, since their kernels alone move the losses by
+up to 0.06% from contiguous fp32's."""
 import dataclasses
 import math
 
@@ -34,12 +37,12 @@ def trained(cell: Cell, launcher, tmp_path) -> list[dict]:
 
 
 @pytest.mark.parametrize("launcher", ["srun"], indirect=True)
-def test_bf16_on_channels_last_tensors_learns_each_step_as_fp32_does(launcher, tmp_path):
+def test_bf16_learns_each_step_as_fp32_does(launcher, tmp_path):
     fp32 = trained(FP32, launcher, tmp_path)
-    bf16 = trained(dataclasses.replace(FP32, dtype="bf16", channels_last=True), launcher, tmp_path)
+    bf16 = trained(dataclasses.replace(FP32, dtype="bf16"), launcher, tmp_path)
     for strict, autocast in zip(fp32, bf16):
         assert autocast["losses"][-1] < autocast["losses"][0]  # it learns
-        assert autocast["losses"] != strict["losses"]  # in bf16: its rounding shows in every loss
+        assert autocast["losses"] != strict["losses"]  # fp32 from the same start repeats fp32's losses exactly
         assert all(abs(b - f) <= LOSS_TOLERANCE * f for f, b in zip(strict["losses"], autocast["losses"])), \
             (strict["losses"], autocast["losses"])
 

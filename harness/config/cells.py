@@ -76,7 +76,8 @@ class Matrix:
             Numerics(dtype=dtype)
 
     def numerics(self) -> list[Numerics]:
-        return [Numerics(dtype=dtype, channels_last=self.channels_last, compiled=self.compiled) for dtype in self.dtypes]
+        return [Numerics(dtype=dtype, channels_last=self.channels_last, compiled=self.compiled)
+                for dtype in self.dtypes]
 
     def cells(self) -> list[Cell]:
         """Every cell, each series' rank counts in increasing order so references come first. A

@@ -156,7 +156,8 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     if outdir.exists():
         shutil.rmtree(outdir)
     outdir.mkdir(parents=True)
-    spec = WorkerSpec(cell=cell.to_spec() if isinstance(cell, Cell) else dataclasses.asdict(cell), workload=dataclasses.asdict(workload) if workload else None,
+    spec = WorkerSpec(cell=cell.to_spec() if isinstance(cell, Cell) else dataclasses.asdict(cell),
+                      workload=dataclasses.asdict(workload) if workload else None,
                       output_dir=str(outdir.resolve()), launch_environment=tuple(sorted(launcher.environment)),
                       options=options, silent_dump_s=limits.silent_dump_s)
     spec_path = outdir / "spec.json"

@@ -47,4 +47,3 @@ class Numerics:
         words = words[:-1] if channels_last else words
         dtype = words.pop() if words and words[-1] in DTYPES and words[-1] != DEFAULT_DTYPE else DEFAULT_DTYPE
         return cls(dtype=dtype, channels_last=channels_last, compiled=compiled), words
-

@@ -110,7 +110,7 @@ class RankRuntime(abc.ABC):
         momentum and weight decay at the linearly scaled learning rate, and the label-smoothed
         cross-entropy loss; built where ``adapter`` wants its variables (:meth:`FrameworkAdapter.scope`).
         A runtime whose frameworks train in fp32 alone is never given other numerics (the registry
-        says which: :func:`harness.rank.numerics.unsupported`)."""
+        says which: :func:`harness.rank.frameworks.numerics_unsupported`)."""
 
     @abc.abstractmethod
     def probe(self, model, loss_fn, device):

@@ -5,12 +5,12 @@ from harness.common.registry import Entry, Registry
 from harness.rank.numerics import CHANNELS_LAST, COMPILED, DTYPES, GPU_ONLY, Numerics
 
 _FRAMEWORKS_SCRIPT = "bash ci/install_frameworks.sh .venv"
-_ALL_DTYPES = DTYPES
-"""Autocast, and for fp16 a gradient scaler the adapter steps with (DeepSpeed: its own bf16 and fp16)."""
+# DDP, Horovod and DeepSpeed train in every dtype: autocast, and for fp16 a gradient scaler their
+# adapters step with (DeepSpeed: its own bf16 and fp16)
 _HOROVOD = {"requires": "horovod", "install": f"{_FRAMEWORKS_SCRIPT} (builds Horovod against your torch)",
-            "stack": {"horovod": "horovod"}, "uses_mpi": True, "dtypes": _ALL_DTYPES}
+            "stack": {"horovod": "horovod"}, "uses_mpi": True, "dtypes": DTYPES}
 _DEEPSPEED = {"requires": "deepspeed", "install": f"pip install 'dlscale[deepspeed]' or {_FRAMEWORKS_SCRIPT}",
-              "stack": {"deepspeed": "deepspeed"}, "dtypes": _ALL_DTYPES}
+              "stack": {"deepspeed": "deepspeed"}, "dtypes": DTYPES}
 _TORCH_PS_DTYPES = ("fp32", "tf32", "bf16")
 """No gradient scaler: fp16 gradients would underflow before they reach a server."""
 
@@ -20,7 +20,7 @@ _TORCH_PS = "harness.rank.frameworks.torch_ps:TorchPSAdapter"
 _MXNET_PS = "harness.rank.frameworks.mxnet_ps:MXNetPSAdapter"
 
 FRAMEWORKS = Registry("framework", {
-    "ddp": Entry("harness.rank.frameworks.ddp:DDPAdapter", dtypes=_ALL_DTYPES, model_forms=(CHANNELS_LAST, COMPILED)),
+    "ddp": Entry("harness.rank.frameworks.ddp:DDPAdapter", dtypes=DTYPES, model_forms=(CHANNELS_LAST, COMPILED)),
     "horovod": Entry("harness.rank.frameworks.horovod:HorovodAdapter", **_HOROVOD),
     "deepspeed": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", **_DEEPSPEED),
     "deepspeed_zero1": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", {"zero_stage": 1}, **_DEEPSPEED),
