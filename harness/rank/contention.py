@@ -94,22 +94,35 @@ class OutsideWork:
         return None if busy is None or own is None else busy - own
 
     def read(self) -> float | None:
+        """Seconds since the last reading; a step's may be slightly negative (a tick the cores'
+        counter had not yet reached the process's), so only a window's sum means anything."""
         now = self._ticks()
         before, self.last = self.last, now
         if now is None or before is None:
             return None
-        return max(0, now - before) / TICKS_PER_S  # a tick counted late can make one step's share negative
+        return (now - before) / TICKS_PER_S
+
+
+TICKS_UNCERTAIN_PER_CORE = 2
+"""How many clock ticks per core the cores' busy time and the process tree's CPU time can disagree
+by over a window: each is counted its own way. A busy 2-core rank on an otherwise idle VM read -2
+to +3 ticks over 60 windows of 0.26 s (52 ticks of its cores): up to 6% "outside work" from the
+counters alone, and a 5% threshold crossed by a window too short to tell. A share counts only what
+lies beyond this."""
 
 
 def outside_share(records: Sequence[Mapping]) -> float | None:
     """The largest share of its own cores' time over its timed steps that work outside a rank's
-    process tree took; ``None`` unless every rank recorded its per-step ``outside_cpu``."""
+    process tree surely took: less what the tick counters cannot resolve
+    (:data:`TICKS_UNCERTAIN_PER_CORE`), so a short window reads 0 rather than its counters' noise;
+    ``None`` unless every rank recorded its per-step ``outside_cpu``."""
     shares = []
     for record in records:
         outside, steps, cores = record.get("outside_cpu"), record.get("step_times"), record.get("cores")
         if outside is None or not steps or not cores or len(outside) != len(steps):
             return None
-        shares.append(sum(outside) / (sum(steps) * len(cores)))
+        unresolved = TICKS_UNCERTAIN_PER_CORE * len(cores) / TICKS_PER_S
+        shares.append(max(0.0, sum(outside) - unresolved) / (sum(steps) * len(cores)))
     return max(shares) if shares else None
 
 

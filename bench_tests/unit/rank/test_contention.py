@@ -9,8 +9,8 @@ import pytest
 
 from harness.judging.metrics import drop_leading_steps, pool_runs
 from harness.judging.verdicts import Verdict
-from harness.rank.contention import (TICKS_PER_S, contended, distrust, launch_contended, outside_share, runqueue_wait_s,
-                                     tree_ticks, wait_share)
+from harness.rank.contention import (TICKS_PER_S, TICKS_UNCERTAIN_PER_CORE, contended, distrust, launch_contended,
+                                     outside_share, runqueue_wait_s, tree_ticks, wait_share)
 
 BUSY = """
 import time
@@ -101,11 +101,26 @@ def test_another_process_on_the_ranks_core_is_outside_work():
 
 
 def test_outside_share_is_the_worst_rank_over_its_own_cores_and_needs_every_rank():
-    records = [{"rank": 0, "outside_cpu": [0.0, 0.1], "step_times": [0.5, 0.5], "cores": [0]},
-               {"rank": 1, "outside_cpu": [0.4, 0.4], "step_times": [1.0, 1.0], "cores": [1, 2]}]
+    tick = 1 / TICKS_PER_S
+    unresolved = TICKS_UNCERTAIN_PER_CORE * tick  # per core
+    records = [{"rank": 0, "outside_cpu": [0.0, 0.1 + unresolved], "step_times": [0.5, 0.5], "cores": [0]},
+               {"rank": 1, "outside_cpu": [0.4 + unresolved, 0.4 + unresolved], "step_times": [1.0, 1.0],
+                "cores": [1, 2]}]
     assert outside_share(records) == pytest.approx(0.2)
     assert outside_share([records[0], {"rank": 1, "step_times": [1.0], "cores": [1]}]) is None
     assert outside_share([{"rank": 0, "outside_cpu": [0.1], "step_times": [1.0]}]) is None  # not bound: unknown
+
+
+def test_a_window_too_short_for_the_tick_counters_reads_no_outside_work():
+    """CI's far-below-baseline cell (5 steps, 0.39 s on 2 cores: 78 ticks) once read 4 ticks of
+    counter noise and background as 5% outside work, and its fail was excused as contended."""
+    tick = 1 / TICKS_PER_S
+    noise = {"rank": 0, "outside_cpu": [tick, -tick, 2 * tick, 0.0, 2 * tick], "step_times": [0.078] * 5,
+             "cores": [0, 1]}
+    assert outside_share([noise]) == 0.0
+    assert not launch_contended([noise], None)
+    taken = {**noise, "outside_cpu": [0.03] * 5}  # a neighbour's 0.15 s of the cores' 0.78 s
+    assert launch_contended([taken], None)
 
 
 def test_a_wait_the_cells_own_processes_made_never_excuses_a_fail():
