@@ -436,7 +436,7 @@ def test_torchrun_rendezvous_with_a_master_that_does_not_answer_fails(hosts, tmp
                                                                       what):
     """Only node 1's agent starts; its master is unreachable. torchrun's own rendezvous timeout
     (``--rdzv-conf timeout=``, 600 s by default for a static rendezvous) ends it with an error."""
-    launcher = TwoHostTorchrun(hosts, node_ranks=(1,), master_addr=master, rendezvous_timeout_s=15)
+    launcher = TwoHostTorchrun(hosts, node_ranks=(1,), master_addr=master, rendezvous_timeout_s=5)
     started = time.time()
     run = run_cell(CELL, TINY, launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=120))
     took = time.time() - started
@@ -452,7 +452,7 @@ def test_a_launch_that_never_starts_a_rank_is_ended_by_the_heartbeat(hosts, tmp_
     """Without an agent timeout (torchrun's default waits 600 s), the runner's heartbeat bounds it."""
     launcher = TwoHostTorchrun(hosts, node_ranks=(1,), master_addr=f"{SUBNET}.77", rendezvous_timeout_s=600)
     started = time.time()
-    run = run_cell(CELL, TINY, launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=15))
+    run = run_cell(CELL, TINY, launcher, workdir=tmp_path, limits=RunLimits(heartbeat_s=8))
     took = time.time() - started
     report(request, "unreachable master, no timeout", "torchrun (2 hosts)", launch_to_hung=took)
     assert run.status == "hung"
