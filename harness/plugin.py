@@ -18,6 +18,7 @@ import pytest
 
 from harness.common.interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
 from harness.config.cells import DEFAULT_MATRIX
+from harness.judging.kinds import UNJUDGED, PairedKind, VerdictKind
 from harness.judging.servers import server_rows
 from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import RunLimits
@@ -38,9 +39,7 @@ TERMINAL_FD_KEY = pytest.StashKey[int]()
 INTERRUPT_TOLD_KEY = pytest.StashKey[bool]()
 CELL_FIXTURE, ACCURACY_CELL_FIXTURE = "dlscale_cell", "dlscale_accuracy_cell"
 """The arguments a test takes to be parametrized by the matrix: names no other project uses."""
-UNJUDGED = ("no-baseline", "stale", "machine-differs")
-"""Verdicts of a cell that was measured but not judged; ``--strict-verdicts`` fails them."""
-CONFIRMABLE = ("fail", "inconclusive", "machine-differs")
+CONFIRMABLE = (VerdictKind.FAIL, VerdictKind.INCONCLUSIVE, VerdictKind.MACHINE_DIFFERS)
 """Verdicts against a stored baseline that ``--confirm`` puts to an A/B against the baseline's environment."""
 OPTIONS = (
     # (flag, dest, help, type)
@@ -303,7 +302,7 @@ class Measure:
         if not result.ok:
             pytest.fail(f"{cell.id}: no A/B verdict against the {result.reference.label}: {result.error}",
                         pytrace=False)
-        if result.verdict.kind == "regressed":
+        if result.verdict.kind == PairedKind.REGRESSED:
             pytest.fail(f"{cell.id} regressed against the {result.reference.label}: {result.verdict.message}",
                         pytrace=False)
 
@@ -446,7 +445,7 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
     for result in suite.results:
         for verdict in result.verdicts:
-            if verdict.kind in ("fail", "inconclusive", "stale", "machine-differs", "faster"):
+            if verdict.kind not in (VerdictKind.PASS, VerdictKind.NO_BASELINE):
                 terminalreporter.write_line(f"{result.cell.id}: {verdict.kind}: {verdict.message}")
         if result.confirmation:
             terminalreporter.write_line(f"{result.cell.id}: {result.verdict} confirmed: {result.confirmation['message']}")

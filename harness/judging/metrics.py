@@ -7,7 +7,7 @@ import statistics
 from typing import Sequence
 
 from harness.judging.stats import detect_warmup
-from harness.rank.contention import launch_contended
+from harness.judging.contention import launch_contended
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from typing import Literal, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from harness.judging.kinds import PairedKind
 from harness.judging.stats import Estimate
 
-PairedKind = Literal["regressed", "improved", "same", "inconclusive"]
 ALPHA = 0.05
 MIN_PAIRS = 6
 """The fewest pairs with a 95% signed-rank interval (at 5, even all five the same way give p=0.0625)."""
@@ -99,13 +99,13 @@ def judge_pairs(pairs: Sequence[Pair], *, min_effect: float, alpha: float = ALPH
         p_value = float(stats.wilcoxon(logs, zero_method="wilcox").pvalue)
     low_edge, high_edge = 1 - min_effect, 1 + min_effect
     if p_value < alpha and ratio.high < low_edge:
-        kind: PairedKind = "regressed"
+        kind = PairedKind.REGRESSED
     elif p_value < alpha and ratio.low > high_edge:
-        kind = "improved"
+        kind = PairedKind.IMPROVED
     elif low_edge < ratio.low and ratio.high < high_edge:
-        kind = "same"
+        kind = PairedKind.SAME
     else:
-        kind = "inconclusive"
+        kind = PairedKind.INCONCLUSIVE
     flags = tuple(flag for flag in (bimodal(logs), drifted(pairs, "reference"), drifted(pairs, "current")) if flag)
     return PairedVerdict(kind=kind, ratio=ratio, p_value=p_value, pairs=len(logs), min_effect=min_effect,
                          flags=flags)
@@ -116,7 +116,8 @@ def cause_of(verdict: PairedVerdict) -> str:
     baseline's on the same node now: ``software`` where the current one is slower, ``system`` where
     they run the same (or the current one is faster: the node lost more than the software), else
     ``unknown``."""
-    return {"regressed": "software", "same": "system", "improved": "system"}.get(verdict.kind, "unknown")
+    return {PairedKind.REGRESSED: "software", PairedKind.SAME: "system", PairedKind.IMPROVED: "system"}.get(
+        verdict.kind, "unknown")
 
 
 def bimodal(log_ratios: Sequence[float]) -> str | None:

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal, Sequence
+from typing import Sequence
 
 import numpy as np
+
+from harness.judging.kinds import VerdictKind
 
 MIN_STEPS = 5
 """Fewer timed steps than this give a point value with an infinite interval."""
@@ -60,8 +62,8 @@ class BandVerdict:
     """Where an interval lies against a band (:func:`verdict`); a cell's verdicts are
     :class:`harness.judging.verdicts.Verdict`."""
 
-    kind: Literal["pass", "fail", "inconclusive", "faster"]
-    """``faster``: better than the band's improvement edge; a pass that asks for a new baseline."""
+    kind: VerdictKind
+    """pass, fail, inconclusive or faster."""
     message: str
 
 
@@ -258,20 +260,20 @@ def verdict(
     worse, better = ("below", "above") if higher_is_better else ("above", "below")
 
     if measured.too_few_samples:
-        return BandVerdict(kind="inconclusive", message=f"{interval}: too few samples for an interval")
+        return BandVerdict(kind=VerdictKind.INCONCLUSIVE, message=f"{interval}: too few samples for an interval")
     if high < sign * bad_edge:
         return BandVerdict(
-            kind="fail", message=f"{interval}: whole interval {worse} the band's edge {bad_edge:.4g}"
+            kind=VerdictKind.FAIL, message=f"{interval}: whole interval {worse} the band's edge {bad_edge:.4g}"
         )
     if good_edge is not None and low > sign * good_edge:
         return BandVerdict(
-            kind="faster",
+            kind=VerdictKind.FASTER,
             message=f"{interval}: whole interval {better} {good_edge:.4g}, better than baseline: update?",
         )
     if low >= sign * bad_edge:
-        return BandVerdict(kind="pass", message=f"{interval}: whole interval within the band's edge {bad_edge:.4g}")
+        return BandVerdict(kind=VerdictKind.PASS, message=f"{interval}: whole interval within the band's edge {bad_edge:.4g}")
     return BandVerdict(
-        kind="inconclusive",
+        kind=VerdictKind.INCONCLUSIVE,
         message=f"{interval}: interval straddles the band's edge {bad_edge:.4g}; measure longer",
     )
 

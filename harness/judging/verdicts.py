@@ -16,7 +16,7 @@ The order, first match wins for the cell as a whole:
    throughput is judged as measured and, where the yardstick moved beyond its own launch-to-launch
    noise, also normalised by it, and only a verdict the two readings agree on stands (:func:`agreed`);
 5. a ``fail`` measured while work outside the cell took its cores becomes ``inconclusive``; a
-   wait the cell's own processes caused does not (:func:`harness.rank.contention.distrust`).
+   wait the cell's own processes caused does not (:func:`harness.judging.contention.distrust`).
 """
 from __future__ import annotations
 
@@ -27,10 +27,11 @@ from typing import Mapping
 from harness.config.cells import measured_config, scaling_cell
 from harness.judging.breakdown import CellBreakdown, attribute_regression
 from harness.judging.fingerprint import stack_changes, stale_differences
+from harness.judging.kinds import MOST_SERIOUS_FIRST, VerdictKind
 from harness.judging.stats import BandVerdict, Estimate, needs_more_samples, verdict
 from harness.judging.yardstick import (Yardstick, another_machine, beyond_noise, launch_noise, normalise_estimate,
                                        speed_ratio)
-from harness.rank.contention import distrust
+from harness.judging.contention import distrust
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,7 +42,7 @@ class Reference:
     lower: float
     """Relative lower edge, e.g. -0.1: fail below 0.9 x value."""
     upper: float | None
-    """Relative upper edge: above it the verdict is "faster" (an improvement to record)."""
+    """Relative upper edge: above it the verdict is ``faster`` (an improvement to record)."""
     unit: str
     defaulted: bool = False
     """True when the file gave no band and a default stands in."""
@@ -68,13 +69,12 @@ class Reference:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Verdict:
-    kind: str
-    """"pass", "fail", "inconclusive", "faster", "no-baseline", "stale" or "machine-differs"."""
+    kind: VerdictKind
     message: str
 
     @property
     def failed(self) -> bool:
-        return self.kind == "fail"
+        return self.kind == VerdictKind.FAIL
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,7 +112,7 @@ def judge(measured: Estimate, reference: Reference | None, *, metric: str, launc
     """Judge a measured interval, pooled from ``launches`` launches, against its reference band as
     measured (higher is better)."""
     if reference is None:
-        return Verdict(kind="no-baseline", message=f"no {metric} baseline")
+        return Verdict(kind=VerdictKind.NO_BASELINE, message=f"no {metric} baseline")
     result = band_verdict(measured, reference, launches)
     return Verdict(kind=result.kind, message=f"{metric} {measured.value / reference.value - 1:+.1%} against "
                                              f"{_band(reference, launches)}: {result.message}{_defaulted(reference)}")
@@ -125,10 +125,10 @@ def band_verdict(measured: Estimate, reference: Reference, launches: int = 1) ->
     regression smaller than the one-launch band still fails once enough launches pin it down."""
     band = reference.for_launches(launches)
     result = verdict(measured, band.value, band.lower, band.upper)
-    if result.kind == "pass" and reference.repeats:
+    if result.kind == VerdictKind.PASS and reference.repeats:
         edge = reference.value * (1 + reference.for_launches(launches + 1).lower)
         if measured.value < edge:
-            return BandVerdict(kind="inconclusive", message=(
+            return BandVerdict(kind=VerdictKind.INCONCLUSIVE, message=(
                 f"{result.message}, but below the edge {edge:.4g} of the band for {launches + 1} launches: "
                 "one more launch could make it a fail"))
     return result
@@ -137,11 +137,11 @@ def band_verdict(measured: Estimate, reference: Reference, launches: int = 1) ->
 def judge_accuracy(final: float, entry: Mapping | None, reference: Reference | None, *, config_hash: str) -> Verdict:
     """An accuracy cell's final validation accuracy against its baseline (no interval: one run)."""
     if entry is not None and entry.get("config_hash") not in (None, config_hash):
-        return Verdict(kind="stale", message="baseline measured with other accuracy settings")
+        return Verdict(kind=VerdictKind.STALE, message="baseline measured with other accuracy settings")
     return judge(Estimate(value=final, low=final, high=final), reference, metric="accuracy")
 
 
-def agreed(as_measured: str, normalised: str) -> str:
+def agreed(as_measured: VerdictKind, normalised: VerdictKind) -> VerdictKind:
     """The verdict two readings of one throughput support together.
 
     The yardstick corrects a machine that changed speed, but on a shared node it also moves by
@@ -152,9 +152,9 @@ def agreed(as_measured: str, normalised: str) -> str:
     anything else is inconclusive, and the cell is measured again."""
     if as_measured == normalised:
         return as_measured
-    if {as_measured, normalised} <= {"pass", "faster"}:
-        return "pass"
-    return "inconclusive"
+    if {as_measured, normalised} <= {VerdictKind.PASS, VerdictKind.FASTER}:
+        return VerdictKind.PASS
+    return VerdictKind.INCONCLUSIVE
 
 
 def judge_throughput(measured: Estimate, reference: Reference | None, *, machine_speed: float | None = None,
@@ -165,7 +165,7 @@ def judge_throughput(measured: Estimate, reference: Reference | None, *, machine
     readings agree on (:func:`agreed`). ``raw_because``: why a figure that could have been
     normalised was judged only as measured. ``launches``: how many launches the interval pools."""
     if reference is None:
-        return Verdict(kind="no-baseline", message="no throughput baseline")
+        return Verdict(kind=VerdictKind.NO_BASELINE, message="no throughput baseline")
     raw = band_verdict(measured, reference, launches)
     change = f"{measured.value / reference.value - 1:+.1%}"
     if machine_speed is None:
@@ -192,18 +192,18 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
     reference bands by name), in the order of this module's docstring. ``baseline_wait``: the
     share of the step time the baseline's ranks waited for a CPU."""
     if entry is None:
-        return Judgement(verdicts=[Verdict(kind="no-baseline",
+        return Judgement(verdicts=[Verdict(kind=VerdictKind.NO_BASELINE,
                                            message=f"no baseline for {evidence.cell_id} in {baseline_path}")])
     if differs := config_change(entry, evidence):
-        return Judgement(verdicts=[Verdict(kind="stale", message=(
+        return Judgement(verdicts=[Verdict(kind=VerdictKind.STALE, message=(
             f"baseline measured with another configuration ({differs}); re-record it with --update-baselines"))])
     if differs := stale_differences(entry.get("fingerprint"), evidence.fingerprint):
-        return Judgement(verdicts=[Verdict(kind="stale", message=(
+        return Judgement(verdicts=[Verdict(kind=VerdictKind.STALE, message=(
             f"baseline measured on other hardware ({'; '.join(differs)}); re-record it on this machine with "
             "--update-baselines"))])
     speed, raw_because = speed_against_baseline(evidence.yardstick, entry, use_yardstick=use_yardstick)
     if another := another_machine(speed):
-        return Judgement(verdicts=[Verdict(kind="machine-differs", message=another)], machine_speed=speed)
+        return Judgement(verdicts=[Verdict(kind=VerdictKind.MACHINE_DIFFERS, message=another)], machine_speed=speed)
     verdicts = [judge_throughput(evidence.throughput, references.get("throughput"),
                                  machine_speed=None if raw_because else speed,
                                  machine_drift=evidence.yardstick.drift if speed and evidence.yardstick else 0.0,
@@ -243,21 +243,18 @@ def speed_against_baseline(yardstick: Yardstick | None, entry: Mapping, *,
     return speed, ""
 
 
-def overall(verdicts: list[Verdict]) -> str:
+def overall(verdicts: list[Verdict]) -> VerdictKind:
     """A cell's one verdict from its metrics' verdicts: the most serious kind present."""
-    kinds = [v.kind for v in verdicts]
-    for kind in ("fail", "stale", "machine-differs", "inconclusive", "no-baseline", "faster"):
-        if kind in kinds:
-            return kind
-    return "pass"
+    kinds = {v.kind for v in verdicts}
+    return next((kind for kind in MOST_SERIOUS_FIRST if kind in kinds), VerdictKind.PASS)
 
 
-def measured_enough(throughput: Estimate, verdict_kind: str, *, precision: float, spent_s: float,
+def measured_enough(throughput: Estimate, verdict_kind: VerdictKind, *, precision: float, spent_s: float,
                     next_launch_s: float, budget_s: float) -> bool:
     """Whether a cell stops launching: its interval is within ``precision`` and its verdict is not
     inconclusive, or one more launch (as long as the last, ``next_launch_s``) would overrun
     ``budget_s`` beyond the ``spent_s`` already spent."""
-    if not needs_more_samples(throughput, precision) and verdict_kind != "inconclusive":
+    if not needs_more_samples(throughput, precision) and verdict_kind != VerdictKind.INCONCLUSIVE:
         return True
     return spent_s + next_launch_s > budget_s
 

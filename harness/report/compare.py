@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from harness.common.jsonio import finite_number
+from harness.judging.kinds import VerdictKind
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import Evidence, Reference, judge_cell, overall
 from harness.judging.yardstick import Yardstick
@@ -134,12 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                        old_name=str(args.old))
     print(format_table([HEADER, *(c.row() for c in compared)]))
     for c in compared:
-        if c.verdict not in ("pass", "only in old", "only in new"):
+        if c.verdict not in (VerdictKind.PASS, "only in old", "only in new"):
             print(f"{c.cell}: {c.verdict}: {'; '.join(c.messages)}")
     if args.csv:
         write_csv(compared, args.csv)
         print(f"written to {args.csv}")
-    return 1 if any(c.verdict == "fail" for c in compared) else 0
+    return 1 if any(c.verdict == VerdictKind.FAIL for c in compared) else 0
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 from harness.common.jsonio import finite_number
 from harness.config.cells import scaling_cell
 from harness.judging.breakdown import PARTS, BreakdownUnavailable, breakdown_rows, cell_breakdown
+from harness.judging.kinds import VerdictKind
 from harness.report.collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes,
                                         load_collectives, lower_bound_rows, parameter_count, peak_busbw)
 from harness.report import scaling_model, scaling_validation
@@ -87,7 +88,7 @@ def summary_rows(cells: Sequence[Mapping]) -> tuple[list[list[str]], list[str]]:
                      f"{metrics['step_time']:.4f}" if finite_number(metrics.get("step_time")) else "-",
                      f"{cell['machine_speed'] - 1:+.1%}" if finite_number(cell.get("machine_speed")) else "-",
                      str(cell.get("runs", "-")), cell.get("verdict", "-")])
-        classes.append({"fail": "fail", "error": "fail", "pass": "pass"}.get(cell.get("verdict"), ""))
+        classes.append({VerdictKind.FAIL: "fail", "error": "fail", VerdictKind.PASS: "pass"}.get(cell.get("verdict"), ""))
     return rows, classes
 
 
@@ -126,7 +127,7 @@ def junit_properties(cell_result_json: Mapping) -> list[tuple[str, Any]]:
     throughput = estimate(cell, "throughput")
     if throughput and throughput[0] > 0:
         properties.append(("dlscale_time_to_train_90_epochs_s", round(time_to_train_s(throughput[0]), 1)))
-    messages = [v.get("message") for v in cell.get("verdicts") or [] if v.get("kind") not in ("pass", None)]
+    messages = [v.get("message") for v in cell.get("verdicts") or [] if v.get("kind") not in (VerdictKind.PASS, None)]
     if messages:
         properties.append(("dlscale_verdict_message", "; ".join(messages)))
     return [(name, value) for name, value in properties if value is not None]
@@ -316,7 +317,7 @@ def write_report(results: Path | Mapping, out_dir: Path, *, collectives: Path | 
     summary, classes = summary_rows(cells)
     verdict_lines = [f"<li><b>{html.escape(cell['cell'])}</b>: {html.escape(v.get('kind', ''))}: "
                      f"{html.escape(v.get('message', ''))}</li>"
-                     for cell in cells for v in cell.get("verdicts") or [] if v.get("kind") != "pass"]
+                     for cell in cells for v in cell.get("verdicts") or [] if v.get("kind") != VerdictKind.PASS]
     verdict_lines += [f"<li><b>{html.escape(cell['cell'])}</b>: confirmed: "
                       f"{html.escape(cell['confirmation']['message'])}</li>" for cell in cells if cell.get("confirmation")]
     errors = [f"<li><b>{html.escape(cell['cell'])}</b>: <pre>{html.escape(cell['error'])}</pre></li>"

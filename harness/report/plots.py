@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 from harness.common.jsonio import finite_number
 from harness.config.cells import scaling_cell
 from harness.judging.breakdown import LABELS, PARTS, BreakdownUnavailable, cell_breakdown
+from harness.judging.kinds import VerdictKind
 from harness.rank.loaders import LOADERS
 
 PART_COLORS = {"data": "tab:orange", "compute": "tab:blue", "communication": "tab:red", "optimizer": "tab:green"}
@@ -254,7 +255,7 @@ def plot_collectives(collectives: Mapping, path: Path) -> Path | None:
     return _save(figure, path)
 
 
-TREND_COLORS = {"fail": "tab:red", "inconclusive": "tab:orange", "faster": "tab:green"}
+TREND_COLORS = {VerdictKind.FAIL: "tab:red", VerdictKind.INCONCLUSIVE: "tab:orange", VerdictKind.FASTER: "tab:green"}
 """A history point's colour by its verdict; a pass and anything else unjudged is blue."""
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from harness.judging.kinds import VerdictKind
 from harness.judging.yardstick import normalise
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ def summary_rows(results: Sequence[CellResult], baselines: BaselineFile | None) 
             continue
         if reference is None:
             delta = "-"
-        elif r.verdict == "machine-differs":  # normalising across machines means nothing: as measured
+        elif r.verdict == VerdictKind.MACHINE_DIFFERS:  # normalising across machines means nothing: as measured
             delta = f"{r.throughput.value / reference.value - 1:+.1%} raw"
         else:
             delta = f"{normalise(r.throughput.value, r.machine_speed) / reference.value - 1:+.1%}"

@@ -10,6 +10,7 @@ import statistics
 import time
 from typing import Callable
 
+from harness.judging.kinds import PairedKind
 from harness.judging.metrics import parallel_efficiency, summarize, trim_warmup
 from harness.judging.paired import ORDERS, Pair, PairedVerdict, cause_of, judge_pairs, next_orders, pairs_wanted
 from harness.launch.runner import CellRun
@@ -101,7 +102,7 @@ def measure_pairs(cell: Cell, reference: Environment, launch: LaunchFn, settings
             if on_progress:
                 on_progress(f"{cell.id}: {result.verdict.kind} after {len(result.pairs)} pairs "
                             f"({result.verdict.ratio.value:.3f})")
-            if result.verdict.kind != "inconclusive":
+            if result.verdict.kind != PairedKind.INCONCLUSIVE:
                 break
     result.wall_s = time.monotonic() - started
     return result

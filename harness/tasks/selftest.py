@@ -43,6 +43,7 @@ from typing import Callable, Mapping, Sequence
 
 from harness.config.cells import parse_cell_id
 from harness.machine.node import cpu_identity
+from harness.judging.kinds import VerdictKind
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import Reference
 from harness.rank.cell import Cell
@@ -56,7 +57,7 @@ RELIABLE = 0.9
 MOSTLY_PASS = 0.8
 """Share of unchanged reruns that must be judged ``pass`` (or ``faster``): verdicts that never fail
 because they never decide (all inconclusive, all errors) are no better than ones that cry wolf."""
-OUTCOMES = ("fail", "inconclusive", "pass", "faster", "other")
+OUTCOMES = (VerdictKind.FAIL, VerdictKind.INCONCLUSIVE, VerdictKind.PASS, VerdictKind.FASTER, "other")
 """``other``: no verdict on the band (error, machine-differs, stale, no-baseline)."""
 DEFAULT_NEIGHBOUR = (8.0, 8.0)
 SYSTEM = "selftest"
@@ -195,7 +196,7 @@ class Row:
     @property
     def fail_rate(self) -> float:
         """Fails over the reruns: the detection rate, or for an unchanged rerun the false-alarm rate."""
-        return self.counts["fail"] / self.runs if self.runs else float("nan")
+        return self.counts[VerdictKind.FAIL] / self.runs if self.runs else float("nan")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -231,7 +232,7 @@ class SelftestReport:
         return next(r for r in self.rows() if (r.regression.name, r.neighbour) == (regression.name, neighbour))
 
     def false_alarms(self) -> int:
-        return self.row(UNCHANGED).counts["fail"]
+        return self.row(UNCHANGED).counts[VerdictKind.FAIL]
 
     def shortfalls(self) -> list[str]:
         """Where the rates miss, one line each (none when the self-test passes): a false alarm in an
@@ -240,18 +241,18 @@ class SelftestReport:
         missed = []
         for neighbour in (False, True) if self.config.neighbour_runs else (False,):
             row = self.row(UNCHANGED, neighbour)
-            if row.counts["fail"]:
-                missed.append(f"{row.counts['fail']} false alarm(s) in {row.runs} unchanged reruns"
+            if row.counts[VerdictKind.FAIL]:
+                missed.append(f"{row.counts[VerdictKind.FAIL]} false alarm(s) in {row.runs} unchanged reruns"
                               + (" with a neighbour's job" if neighbour else ""))
         row = self.row(UNCHANGED)
-        decided = row.counts["pass"] + row.counts["faster"]
+        decided = row.counts[VerdictKind.PASS] + row.counts[VerdictKind.FASTER]
         if row.runs and decided < MOSTLY_PASS * row.runs:
             missed.append(f"only {decided} of {row.runs} unchanged reruns judged pass (under {MOSTLY_PASS:.0%}): "
-                          f"{row.counts['inconclusive']} inconclusive, {row.counts['other']} without a verdict")
+                          f"{row.counts[VerdictKind.INCONCLUSIVE]} inconclusive, {row.counts['other']} without a verdict")
         for regression in self.regressions:
             row = self.row(regression)
             if not row.fail_rate >= RELIABLE:
-                missed.append(f"{regression.name} caught in {row.counts['fail']} of {row.runs} reruns "
+                missed.append(f"{regression.name} caught in {row.counts[VerdictKind.FAIL]} of {row.runs} reruns "
                               f"(under {RELIABLE:.0%})")
         return missed
 
@@ -410,7 +411,7 @@ def format_report(report: SelftestReport) -> str:
     for regression in report.regressions:
         row = report.row(regression)
         reliably = "reliably" if row.fail_rate >= RELIABLE else f"NOT reliably (under {RELIABLE:.0%})"
-        lines.append(f"{regression.name}: caught in {row.counts['fail']} of {row.runs} reruns, {reliably}"
+        lines.append(f"{regression.name}: caught in {row.counts[VerdictKind.FAIL]} of {row.runs} reruns, {reliably}"
                      + (f" [{', '.join(regression.launch_env)}]" if regression.launch_env else ""))
     if speeds:
         lines.append(f"machine speed by the yardstick against the baseline: median {statistics.median(speeds) - 1:+.1%}, "
@@ -418,8 +419,8 @@ def format_report(report: SelftestReport) -> str:
     if c.neighbour_runs:
         row = report.row(UNCHANGED, neighbour=True)
         contended = sum(1 for r in report.reruns if r.neighbour and r.contended_launches)
-        lines.append(f"with a neighbour's job on the cores: {row.counts['fail']} fail, {row.counts['inconclusive']} "
-                     f"inconclusive, {row.counts['pass']} pass of {row.runs}; {contended} had a contended launch left out")
+        lines.append(f"with a neighbour's job on the cores: {row.counts[VerdictKind.FAIL]} fail, {row.counts[VerdictKind.INCONCLUSIVE]} "
+                     f"inconclusive, {row.counts[VerdictKind.PASS]} pass of {row.runs}; {contended} had a contended launch left out")
     lines.append(f"self-test took {report.wall_s / 60:.1f} min")
     if report.load:
         lines.append(f"load average {report.load[0]:.1f} at the start, {report.load[1]:.1f} at the end, on "

@@ -3,12 +3,14 @@ anything: evidence and a baseline entry in, verdicts out."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 
+from harness.judging.kinds import MOST_SERIOUS_FIRST, UNJUDGED, VerdictKind
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import (Evidence, Reference, agreed, judge_accuracy, judge_cell, judge_throughput,
-                                      measured_enough, overall)
+                                      Verdict, measured_enough, overall)
 from harness.judging.yardstick import Yardstick
 
 BAND = Reference(value=100.0, lower=-0.1, upper=0.1, unit="img/s")
@@ -204,3 +206,14 @@ def test_an_accuracy_is_judged_against_its_band_and_a_baseline_of_other_settings
     assert judge_accuracy(final, {"config_hash": "abc"}, reference, config_hash="abc").kind == verdict
     assert judge_accuracy(final, {"config_hash": "old"}, reference, config_hash="abc").kind == "stale"
     assert judge_accuracy(final, None, None, config_hash="abc").kind == "no-baseline"
+
+
+def test_every_verdict_kind_is_ranked_once_and_written_as_its_name():
+    """The files the suite writes (results.json, the history, the report) hold a kind's name, and
+    a reader of them compares plain strings with the kinds."""
+    assert sorted(MOST_SERIOUS_FIRST) == sorted(VerdictKind) and len(set(MOST_SERIOUS_FIRST)) == len(VerdictKind)
+    assert UNJUDGED < set(VerdictKind)
+    assert json.dumps({"verdict": VerdictKind.MACHINE_DIFFERS}) == '{"verdict": "machine-differs"}'
+    assert f"{VerdictKind.NO_BASELINE}: x" == "no-baseline: x" and VerdictKind("stale") == "stale"
+    verdicts = [Verdict(kind=VerdictKind(kind), message="") for kind in ("faster", "stale", "inconclusive")]
+    assert overall(verdicts) == "stale" and overall([]) == VerdictKind.PASS

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from harness.judging.contention import launch_contended
 from harness.judging.metrics import drop_leading_steps, pool_runs
-from harness.judging.verdicts import Verdict
-from harness.rank.contention import (TICKS_PER_S, TICKS_UNCERTAIN_PER_CORE, contended, distrust, launch_contended,
-                                     outside_share, runqueue_wait_s, tree_ticks, wait_share)
+from harness.rank.contention import (TICKS_PER_S, TICKS_UNCERTAIN_PER_CORE, outside_share, runqueue_wait_s, tree_ticks,
+                                     wait_share)
 
 BUSY = """
 import time
@@ -44,19 +44,6 @@ def test_share_is_the_worst_rank_over_its_steps_and_needs_every_rank():
     assert wait_share([records[0], {"rank": 1, "step_times": [1.0, 1.0]}]) is None
     assert wait_share([{"rank": 0, "cpu_wait": [0.1], "step_times": [1.0, 1.0]}]) is None
     assert wait_share([]) is None
-
-
-def test_a_fail_is_distrusted_only_when_the_wait_grew_past_the_baseline():
-    fail = Verdict(kind="fail", message="throughput -20%")
-    assert distrust(fail, 0.02, 0.01) == fail
-    assert distrust(fail, 0.30, 0.28) == fail  # a cell whose own workers always make it wait
-    grown = distrust(fail, 0.20, 0.01)
-    assert grown.kind == "inconclusive" and "waited for a CPU for 20% of the step time" in grown.message and "1% when" in grown.message
-    unknown = distrust(fail, 0.20, None)
-    assert unknown.kind == "fail" and "other work on the node?" in unknown.message
-    passing = Verdict(kind="pass", message="ok")
-    assert distrust(passing, 0.5, 0.0) == passing
-    assert contended(0.2, 0.1) and not contended(0.2, None) and not contended(None, 0.0)
 
 
 def test_waits_are_trimmed_and_pooled_with_the_steps():
@@ -121,16 +108,3 @@ def test_a_window_too_short_for_the_tick_counters_reads_no_outside_work():
     assert not launch_contended([noise], None)
     taken = {**noise, "outside_cpu": [0.03] * 5}  # a neighbour's 0.15 s of the cores' 0.78 s
     assert launch_contended([taken], None)
-
-
-def test_a_wait_the_cells_own_processes_made_never_excuses_a_fail():
-    fail = Verdict(kind="fail", message="throughput -20%")
-    # a loader whose workers now take the rank's core: the rank waits 30%, nothing outside took it
-    own = distrust(fail, 0.30, 0.02, outside=0.01)
-    assert own.kind == "fail" and "its own processes (loader workers, framework threads) made that wait" in own.message
-    # another job took 20% of the cores: the fail is not trusted, whatever the baseline's wait
-    taken = distrust(fail, 0.25, 0.25, outside=0.20)
-    assert taken.kind == "inconclusive" and "work outside the cell took 20% of its cores' time" in taken.message
-    assert contended(0.0, None, outside=0.2) and not contended(0.9, 0.0, outside=0.01)
-    quiet = [{"rank": 0, "outside_cpu": [0.0], "cpu_wait": [0.5], "step_times": [1.0], "cores": [0]}]
-    assert not launch_contended(quiet, 0.0)
