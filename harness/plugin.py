@@ -18,7 +18,8 @@ import pytest
 
 from harness.common.interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
 from harness.config.cells import DEFAULT_MATRIX
-from harness.judging.kinds import UNJUDGED, PairedKind, VerdictKind
+from harness.judging.kinds import PairedKind, VerdictKind
+from harness.judging.outcome import Confirmed, FailureRule, failure_message, to_confirm
 from harness.judging.servers import server_rows
 from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import RunLimits
@@ -39,8 +40,6 @@ TERMINAL_FD_KEY = pytest.StashKey[int]()
 INTERRUPT_TOLD_KEY = pytest.StashKey[bool]()
 CELL_FIXTURE, ACCURACY_CELL_FIXTURE = "dlscale_cell", "dlscale_accuracy_cell"
 """The arguments a test takes to be parametrized by the matrix: names no other project uses."""
-CONFIRMABLE = (VerdictKind.FAIL, VerdictKind.INCONCLUSIVE, VerdictKind.MACHINE_DIFFERS)
-"""Verdicts against a stored baseline that ``--confirm`` puts to an A/B against the baseline's environment."""
 OPTIONS = (
     # (flag, dest, help, type)
     ("--launcher", "launcher", f"{', '.join(LAUNCHERS.names())} (default: srun inside an allocation or when a "
@@ -271,30 +270,24 @@ class Measure:
         if self.suite.options.against:
             self._check_against(cell)
             return
-        failing = []
-        for repeat in range(self.suite.options.repeat):  # every repeat is judged
+        repeats = []
+        for _ in range(self.suite.options.repeat):  # every repeat is judged
             result = self.suite.measure(cell, on_progress=_Progress(self.config))
             self.node.user_properties.extend(junit_properties(result.to_json()))  # figures in --junitxml
             if not result.ok:
                 pytest.fail(f"{cell.id} {result.run.status} under {result.run.launcher}:\n{result.run.error}",
                             pytrace=False)
-            where = f" (repeat {repeat + 1})" if self.suite.options.repeat > 1 else ""
-            failing += [v.message + where for v in result.verdicts if v.failed]
+            repeats.append(result.verdicts)
         options = self.suite.options
-        if options.confirm and not options.update_baselines and result.verdict in CONFIRMABLE:
+        rule = FailureRule(confirm=options.confirm, update_baselines=options.update_baselines,
+                           accept_regressions=options.accept_regressions,
+                           strict_verdicts=self.config.getoption("dlscale_strict"), system_changes=options.system_changes)
+        confirmed = None
+        if to_confirm(result.verdict, rule):
             confirmation = self.suite.confirm(result, on_progress=_Progress(self.config))
-            if confirmation.cause == "system" and options.system_changes == "pass":
-                return
-            failing = [f"{message}; confirmed: {confirmation.message}" for message in failing]
-        if failing and not options.accept_regressions:
-            pytest.fail(f"{cell.id} regressed: " + "; ".join(failing), pytrace=False)
-        if options.update_baselines:
-            return
-        if self.config.getoption("dlscale_strict") and result.verdict in UNJUDGED:
-            confirmed = f"; confirmed: {result.confirmation['message']}" if result.confirmation else ""
-            pytest.fail(f"{cell.id} {result.verdict} (--strict-verdicts): "
-                        + "; ".join(v.message for v in result.verdicts if v.kind in UNJUDGED) + confirmed,
-                        pytrace=False)
+            confirmed = Confirmed(cause=confirmation.cause, message=confirmation.message)
+        if message := failure_message(cell.id, repeats, rule, confirmed):
+            pytest.fail(message, pytrace=False)
 
     def _check_against(self, cell) -> None:
         result = self.suite.measure_against(cell, on_progress=_Progress(self.config))
