@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from harness.common.jsonio import finite_number, finite_or_none
 from harness.judging.kinds import VerdictKind
 
 MIN_STEPS = 5
@@ -55,6 +56,32 @@ class Estimate:
     @property
     def too_few_samples(self) -> bool:
         return not (math.isfinite(self.low) and math.isfinite(self.high))
+
+    def text(self, digits: int) -> str:
+        """``value [low, high]`` with ``digits`` decimals; the value alone where it is exact,
+        ``[no CI]`` after it where there is no interval."""
+        if self.low == self.high:
+            return f"{self.value:.{digits}f}"
+        if self.too_few_samples:
+            return f"{self.value:.{digits}f} [no CI]"
+        return f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+
+    def to_json(self) -> dict:
+        """As results files and the history hold it: an end the interval lacks is null."""
+        return {"value": self.value, "low": finite_or_none(self.low), "high": finite_or_none(self.high),
+                "confidence": self.confidence, "n_steps": self.n_steps}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Estimate | None:
+        """An estimate :meth:`to_json` wrote; ``None`` where ``data`` holds no finite value. A null
+        end reads as no interval."""
+        if not isinstance(data, Mapping) or not finite_number(data.get("value")):
+            return None
+
+        def end(key: str, missing: float) -> float:
+            return float(data[key]) if finite_number(data.get(key)) else missing
+        return cls(value=float(data["value"]), low=end("low", -math.inf), high=end("high", math.inf),
+                   confidence=float(data.get("confidence") or 0.95), n_steps=int(data.get("n_steps") or 0))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -15,17 +15,15 @@ import argparse
 import csv
 import dataclasses
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from harness.common.jsonio import finite_number
 from harness.judging.kinds import VerdictKind
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import Evidence, Reference, judge_cell, overall
 from harness.judging.yardstick import Yardstick
-from harness.report.tables import format_interval, format_table
+from harness.report.tables import format_table
 from harness.store.baselines import DEFAULT_TOLERANCE
 
 HEADER = ["cell", "old img/s (95% CI)", "new img/s (95% CI)", "delta", "machine", "verdict"]
@@ -44,8 +42,8 @@ class Compared:
     def row(self) -> list[str]:
         delta = f"{self.new.value / self.old.value - 1:+.1%}" if self.old and self.new else "-"
         machine = f"{self.machine_speed - 1:+.1%}" if self.machine_speed else "-"
-        return [self.cell, format_interval(self.old, 1) if self.old else "-",
-                format_interval(self.new, 1) if self.new else "-", delta, machine, self.verdict]
+        return [self.cell, self.old.text(1) if self.old else "-",
+                self.new.text(1) if self.new else "-", delta, machine, self.verdict]
 
 
 def compare(old: Mapping, new: Mapping, *, band: float = DEFAULT_TOLERANCE["upper"], use_yardstick: bool = True,
@@ -57,19 +55,19 @@ def compare(old: Mapping, new: Mapping, *, band: float = DEFAULT_TOLERANCE["uppe
     compared = []
     for cell_id, measured in after.items():
         if cell_id not in before:
-            compared.append(Compared(cell=cell_id, old=None, new=_estimate(measured.get("throughput")),
+            compared.append(Compared(cell=cell_id, old=None, new=Estimate.from_json(measured.get("throughput")),
                                      verdict="only in new"))
             continue
         compared.append(_judged(before[cell_id], measured, old.get("workload") or {}, new.get("workload") or {},
                                 band=band, use_yardstick=use_yardstick, old_name=old_name))
-    compared += [Compared(cell=cell_id, old=_estimate(cell.get("throughput")), new=None, verdict="only in old")
+    compared += [Compared(cell=cell_id, old=Estimate.from_json(cell.get("throughput")), new=None, verdict="only in old")
                  for cell_id, cell in before.items() if cell_id not in after]
     return compared
 
 
 def _judged(old: Mapping, new: Mapping, old_config: Mapping, new_config: Mapping, *, band: float,
             use_yardstick: bool, old_name: str) -> Compared:
-    before, after = _estimate(old.get("throughput")), _estimate(new.get("throughput"))
+    before, after = Estimate.from_json(old.get("throughput")), Estimate.from_json(new.get("throughput"))
     if before is None or after is None:
         return Compared(cell=new["cell"], old=before, new=after, verdict="error",
                         messages=(f"no throughput in the {'old' if before is None else 'new'} file",))
@@ -77,11 +75,11 @@ def _judged(old: Mapping, new: Mapping, old_config: Mapping, new_config: Mapping
              "fingerprint": old.get("fingerprint"), "yardstick": old.get("yardstick"),
              "cpu_wait_share": old.get("cpu_wait_share")}
     references = {"throughput": Reference(value=before.value, lower=-band, upper=band, unit="img/s")}
-    old_efficiency = _estimate(old.get("efficiency"))
+    old_efficiency = Estimate.from_json(old.get("efficiency"))
     if old_efficiency and old.get("efficiency_source") == "measured":
         references["efficiency"] = Reference(value=old_efficiency.value, lower=-band, upper=band, unit="")
     evidence = Evidence(cell_id=new["cell"], config_hash=new.get("config_hash") or "", config=new_config,
-                        throughput=after, efficiency=_estimate(new.get("efficiency")),
+                        throughput=after, efficiency=Estimate.from_json(new.get("efficiency")),
                         efficiency_source=new.get("efficiency_source"), fingerprint=new.get("fingerprint"),
                         yardstick=Yardstick.from_json(new.get("yardstick")), cpu_wait_share=new.get("cpu_wait_share"),
                         outside_share=new.get("outside_share"),
@@ -89,14 +87,6 @@ def _judged(old: Mapping, new: Mapping, old_config: Mapping, new_config: Mapping
     judgement = judge_cell(evidence, entry, references, use_yardstick=use_yardstick, baseline_path=old_name)
     return Compared(cell=new["cell"], old=before, new=after, verdict=overall(judgement.verdicts),
                     machine_speed=judgement.machine_speed, messages=tuple(v.message for v in judgement.verdicts))
-
-
-def _estimate(data: Mapping | None) -> Estimate | None:
-    if not isinstance(data, Mapping) or not finite_number(data.get("value")):
-        return None
-    edge = lambda key: float(data[key]) if finite_number(data.get(key)) else math.nan  # noqa: E731 - null: no edge
-    return Estimate(value=float(data["value"]), low=edge("low"), high=edge("high"),
-                    n_steps=int(data.get("n_steps") or 0))
 
 
 def write_csv(compared: Sequence[Compared], path: Path) -> None:

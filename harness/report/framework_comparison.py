@@ -15,7 +15,6 @@ from typing import Iterable, Sequence
 from harness.judging.metrics import step_samples
 from harness.judging.stats import Estimate, efficiency_interval
 from harness.rank.cell import Cell
-from harness.report.tables import format_interval
 
 REFERENCE_FRAMEWORK = "ddp"
 
@@ -93,6 +92,6 @@ def comparison_rows(ratios: Sequence[FrameworkRatio]) -> list[list[str]]:
         ranks = str(entry.cell.ranks) + (f" ({entry.training_ranks} training)"
                                          if entry.training_ranks != entry.cell.ranks else "")
         rows.append([entry.cell.loader, entry.cell.model, ranks, entry.cell.framework,
-                     format_interval(ratio, 3),
+                     ratio.text(3),
                      f"{published.ratio:.3f}" if published else "-"])
     return rows

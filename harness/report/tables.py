@@ -10,7 +10,6 @@ if TYPE_CHECKING:
     from harness.store.baselines import BaselineFile
     from harness.session.paired import PairedResult
     from harness.session.results import AccuracyResult, CellResult
-    from harness.judging.stats import Estimate
 
 
 def summary_rows(results: Sequence[CellResult], baselines: BaselineFile | None) -> list[list[str]]:
@@ -32,10 +31,10 @@ def summary_rows(results: Sequence[CellResult], baselines: BaselineFile | None) 
         else:
             delta = f"{normalise(r.throughput.value, r.machine_speed) / reference.value - 1:+.1%}"
         machine = f"{r.machine_speed - 1:+.1%}" if r.machine_speed else "-"
-        efficiency = format_interval(r.efficiency, 3) if r.efficiency else "-"
+        efficiency = r.efficiency.text(3) if r.efficiency else "-"
         if r.efficiency_source == "baseline":
             efficiency += " (ref: baseline)"
-        rows.append([r.cell.id, r.run.launcher, format_interval(r.throughput, 1),
+        rows.append([r.cell.id, r.run.launcher, r.throughput.text(1),
                      f"{r.throughput.value / len(r.records):.1f}", efficiency, baseline, delta, machine,
                      f"{len(r.runs)} ({r.contended_runs} contended, left out)" if r.contended_runs else str(len(r.runs)),
                      r.verdict])
@@ -69,16 +68,8 @@ def paired_rows(results: Sequence[PairedResult]) -> list[list[str]]:
         pairs = f"{len(r.pairs)} ({len(r.dropped)} dropped)" if r.dropped else str(len(r.pairs))
         efficiency = f"{r.efficiency['reference']:.3f} / {r.efficiency['current']:.3f}" if r.efficiency else "-"
         rows.append([r.cell.id, pairs, f"{r.median('reference'):.1f}", f"{r.median('current'):.1f}",
-                     format_interval(r.verdict.ratio, 3), f"{r.verdict.p_value:.3g}", efficiency, r.verdict_kind])
+                     r.verdict.ratio.text(3), f"{r.verdict.p_value:.3g}", efficiency, r.verdict_kind])
     return rows
-
-
-def format_interval(estimate: Estimate, digits: int) -> str:
-    if estimate.low == estimate.high:
-        return f"{estimate.value:.{digits}f}"
-    if estimate.too_few_samples:
-        return f"{estimate.value:.{digits}f} [no CI]"
-    return f"{estimate.value:.{digits}f} [{estimate.low:.{digits}f}, {estimate.high:.{digits}f}]"
 
 
 def format_table(rows: list[list[str]]) -> str:

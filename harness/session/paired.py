@@ -16,7 +16,7 @@ from harness.judging.paired import ORDERS, Pair, PairedVerdict, cause_of, judge_
 from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
-from harness.session.results import estimate_json
+from harness.session.results import to_json
 
 SIDES = ("reference", "current")
 LaunchFn = Callable[[str], CellRun]
@@ -64,7 +64,7 @@ class PairedResult:
         verdict = self.verdict
         return {
             "cell": self.cell.id, "reference": self.reference.label, "verdict": self.verdict_kind,
-            "ratio": estimate_json(verdict.ratio) if verdict else None,
+            "ratio": to_json(verdict.ratio) if verdict else None,
             "p_value": verdict.p_value if verdict else None, "min_effect": verdict.min_effect if verdict else None,
             "flags": list(verdict.flags) if verdict else [], "efficiency": self.efficiency,
             "pairs": [dataclasses.asdict(pair) for pair in self.pairs], "dropped": self.dropped,

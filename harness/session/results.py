@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.common.jsonio import finite_or_none
 from harness.config.cells import AccuracyCell
 from harness.judging.breakdown import CellBreakdown
 from harness.judging.metrics import CellMetrics
@@ -73,7 +72,7 @@ class CellResult:
             "runs": len(self.runs), "wall_s": round(sum(run.wall_s for run in self.runs), 3),
             "command": self.run.command, "warmup_dropped": self.warmup_dropped,
             "metrics": dataclasses.asdict(self.metrics) if self.metrics else None,
-            "throughput": estimate_json(self.throughput), "efficiency": estimate_json(self.efficiency),
+            "throughput": to_json(self.throughput), "efficiency": to_json(self.efficiency),
             "efficiency_source": self.efficiency_source,
             "verdict": self.verdict, "verdicts": [dataclasses.asdict(v) for v in self.verdicts],
             "config_hash": self.config_hash, "fingerprint": self.fingerprint,
@@ -129,8 +128,5 @@ class AccuracyResult:
                         launcher=self.run.launcher, ranks=self.cell.ranks, final_val_accuracy=self.final_accuracy)
 
 
-def estimate_json(estimate: Estimate | None) -> dict | None:
-    if estimate is None:
-        return None
-    return {"value": estimate.value, "low": finite_or_none(estimate.low), "high": finite_or_none(estimate.high),
-            "confidence": estimate.confidence, "n_steps": estimate.n_steps}
+def to_json(estimate: Estimate | None) -> dict | None:
+    return estimate.to_json() if estimate is not None else None

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 
 from harness.common.filelock import locked
 from harness.common.interrupts import INTERRUPTS
-from harness.common.jsonio import finite_number, finite_or_none
+from harness.common.jsonio import finite_number
 from harness.judging.metrics import CELL_METRICS
 from harness.judging.stats import Estimate
 
@@ -55,7 +55,8 @@ def make_row(cell_id: str, *, run_id: str, verdict: str, throughput: Estimate | 
     """
     date = date or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return {"schema": SCHEMA_VERSION, "cell": cell_id, "run_id": run_id, "date": date, "git_commit": git_commit,
-            "throughput": _estimate(throughput), "efficiency": _estimate(efficiency), "verdict": verdict,
+            "throughput": throughput.to_json() if throughput else None,
+            "efficiency": efficiency.to_json() if efficiency else None, "verdict": verdict,
             "fingerprint": fingerprint, **extra}
 
 
@@ -119,13 +120,6 @@ def read(path: Path | str) -> tuple[list[dict], list[Problem]]:
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def _estimate(estimate: Estimate | None) -> dict | None:
-    if estimate is None:
-        return None
-    return {"value": estimate.value, "low": finite_or_none(estimate.low), "high": finite_or_none(estimate.high),
-            "confidence": estimate.confidence}
 
 
 def _invalid(row: Any) -> str | None:

@@ -331,7 +331,7 @@ def record_baseline(config: SelftestConfig, say: Callable[[str], None]) -> tuple
         if not result.ok:
             raise RuntimeError(f"baseline measurement {index + 1} {result.run.status}:\n{result.run.error}")
         measured.append(Rerun.of(result, UNCHANGED, False))
-        say(f"baseline {index + 1}/{config.baseline_runs}: {_interval(result.throughput)} img/s, "
+        say(f"baseline {index + 1}/{config.baseline_runs}: {result.throughput.text(2)} img/s, "
             f"{len(result.runs)} launch(es), {measured[-1].wall_s:.0f} s")
     suite.update_baselines()
     if suite.baselines_kept or suite.baselines.reference(config.cell.id, "throughput") is None:
@@ -367,7 +367,7 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
             seen += f", outside work {rerun.outside_share:.1%}"
         change = f" ({rerun.throughput.value / reference.value - 1:+.1%} as measured)" if rerun.throughput else ""
         say(f"rerun {index + 1}/{len(order)} {regression.name}{' with a neighbour' if neighbour else ''}: "
-            f"{_interval(rerun.throughput) if rerun.throughput else 'no figure'}{change}, {seen}, "
+            f"{rerun.throughput.text(2) if rerun.throughput else 'no figure'}{change}, {seen}, "
             f"{rerun.launches} launch(es) -> {rerun.verdict}" + (f": {rerun.message}" if rerun.verdict == "error" else ""))
     return SelftestReport(config=config, regressions=regressions, launcher=recorder.launcher_name,
                           cores_per_rank=recorder.cores_per_rank, workload=dataclasses.asdict(recorder.workload()),
@@ -426,12 +426,6 @@ def format_report(report: SelftestReport) -> str:
         lines.append(f"load average {report.load[0]:.1f} at the start, {report.load[1]:.1f} at the end, on "
                      f"{os.cpu_count()} CPUs (a load above the CPU count means other work competed for them)")
     return "\n".join(lines)
-
-
-def _interval(estimate: Estimate) -> str:
-    if estimate.too_few_samples:
-        return f"{estimate.value:.2f} [no CI]"
-    return f"{estimate.value:.2f} [{estimate.low:.2f}, {estimate.high:.2f}]"
 
 
 def _seconds_pair(text: str) -> tuple[float, ...]:

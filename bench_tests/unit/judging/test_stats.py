@@ -1,6 +1,7 @@
 """Unit tests of harness.judging.stats: interval coverage on simulated step times, and every rule's edges."""
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 
@@ -309,3 +310,15 @@ def test_change_points_on_short_or_constant_histories():
     assert change_points([100.0, 90.0, 80.0, 70.0, 60.0]) == []
     assert change_points([100.0] * 20) == []
     assert change_points([100.0] * 10 + [85.0] * 10) == [10]
+
+
+def test_an_estimate_is_written_read_and_printed_one_way():
+    """Results files, the history and the compare command hold an estimate as to_json writes it;
+    a missing end is null there and no interval when read back."""
+    measured = Estimate(value=101.25, low=99.5, high=103.0, n_steps=40)
+    assert Estimate.from_json(json.loads(json.dumps(measured.to_json()))) == measured
+    unknown = Estimate(value=7.0, low=-math.inf, high=math.inf)
+    assert unknown.to_json()["low"] is None and Estimate.from_json(unknown.to_json()) == unknown
+    assert Estimate.from_json({"value": None}) is None and Estimate.from_json("101") is None
+    assert [measured.text(1), unknown.text(2), Estimate(value=1.0, low=1.0, high=1.0).text(3)] == [
+        "101.2 [99.5, 103.0]", "7.00 [no CI]", "1.000"]

@@ -39,7 +39,7 @@ def test_append_then_read_round_trips(tmp_path):
     read, problems = history.read(path)
     assert problems == []
     assert read == json.loads(json.dumps(rows))
-    assert read[0]["throughput"] == {"value": 100.0, "low": 98.0, "high": 102.0, "confidence": 0.95}
+    assert read[0]["throughput"] == {"value": 100.0, "low": 98.0, "high": 102.0, "confidence": 0.95, "n_steps": 0}
 
 
 def test_interval_without_ends_is_stored_as_null(tmp_path):
