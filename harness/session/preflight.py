@@ -97,6 +97,16 @@ def usable_launcher(name: str, environment: dict, partition: str | None = None) 
     return launcher
 
 
+GPU_DEVICE_FILES = ("/proc/driver/nvidia/gpus", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+"""Where a kernel shows a GPU torch could use: NVIDIA's driver, AMD's (ROCm), WSL2's. Where none
+exists, ``torch.cuda.is_available()`` is False, and this process need not import torch (3-4 s on a
+2-core CPU machine, the most of a session that stops at a usage error) to hear it."""
+
+
+def machine_may_have_gpus() -> bool:
+    return any(os.path.exists(path) for path in GPU_DEVICE_FILES)
+
+
 def uses_gpus(device: str, env: Mapping[str, str] = os.environ) -> bool:
     """Whether the cells run on GPUs. ``--device cpu`` or ``cuda`` says; ``auto`` asks where the
     ranks will run: inside a Slurm allocation the allocation (its GPU variables, else a one-task
@@ -108,6 +118,8 @@ def uses_gpus(device: str, env: Mapping[str, str] = os.environ) -> bool:
         return True
     job = allocation.from_env(env)
     if job is None:
+        if not machine_may_have_gpus():
+            return False
         import torch
 
         return torch.cuda.is_available()

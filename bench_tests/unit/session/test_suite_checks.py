@@ -1,5 +1,8 @@
 """The suite's checks of its options before any cell starts (harness.session.suite)."""
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -90,6 +93,20 @@ def test_whether_cells_use_gpus_is_decided_where_the_ranks_run(monkeypatch, devi
 
     monkeypatch.setattr(preflight, "gpus_a_job_step_sees", probe)
     assert preflight.uses_gpus(device, env) is gpus
+
+
+def test_outside_an_allocation_torch_is_asked_only_where_the_kernel_shows_a_gpu():
+    """A session on a machine without GPU device files decides --device auto without importing torch
+    (a usage error then takes a second, not five); where one exists, torch's answer counts."""
+    ask = ("import sys; from harness.session.preflight import machine_may_have_gpus, uses_gpus; "
+           "print(uses_gpus('auto', {}), 'torch' in sys.modules, machine_may_have_gpus())")
+    done = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(Path(preflight.__file__).parents[2])))
+    gpus, imported, may = done.stdout.split()
+    assert imported == may, done.stdout  # torch imported exactly where the kernel shows a GPU
+    torch_says = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                                capture_output=True, text=True, timeout=120).stdout.strip()
+    assert gpus == torch_says
 
 
 def test_an_allocation_that_cannot_be_asked_about_gpus_is_a_usage_error(monkeypatch):

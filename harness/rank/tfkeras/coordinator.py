@@ -22,6 +22,7 @@ from collections import deque
 from pathlib import Path
 
 from harness.common.jsonio import write_json_atomic
+from harness.rank.frameworks import training_ranks
 from harness.rank.frameworks.tensorflow import gather_published
 from harness.rank.frameworks.tensorflow_ps import (COORDINATOR_ERROR, COORDINATOR_PROGRESS, DONE, PUBLISHED,
                                                    cluster_spec, probed_path, schedule_another, server_stats,
@@ -86,7 +87,7 @@ def coordinate(spec: WorkerSpec) -> None:
     progress = ProgressFile(workdir / COORDINATOR_PROGRESS, rank="coordinator", interval=0.2)  # the ranks relay it
     progress("setup", 0, 1)
     published = gather_published(workdir, PUBLISHED, cell.ranks)
-    workers = cell.ranks - workload.ps_servers
+    workers = training_ranks(cell.framework, cell.ranks, workload.ps_servers)
     for rank in range(workers):  # no step runs beside a worker's compute probe
         wait_for(probed_path(workdir, rank))
     runtime = TensorFlowRuntime()
