@@ -37,14 +37,14 @@ class Entry:
     """A framework's rank runtime (:data:`harness.rank.runtime.RUNTIMES`): the interpreter its ranks
     start in, and which implementation of each loader and model they use."""
     runtimes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """A loader's or model's implementations in runtimes other than torch's, ``"module:attribute"``
+    by runtime name."""
     dtypes: tuple[str, ...] = ("fp32",)
     """The arithmetic a framework's adapter trains in (:mod:`harness.rank.numerics`)."""
     model_forms: tuple[str, ...] = ()
     """What a framework's cells may make of the model beyond its dtype: ``channels_last`` tensors, a
     ``compiled`` model (:mod:`harness.rank.numerics`). Only what has been run is claimed: Horovod
     and DeepSpeed send their tensors as contiguous memory, which channels-last weights are not."""
-    """A loader's or model's implementations in runtimes other than torch's, ``"module:attribute"``
-    by runtime name."""
 
 
 class Registry:
