@@ -280,8 +280,8 @@ class Measure:
             repeats.append(result.verdicts)
         options = self.suite.options
         rule = FailureRule(confirm=options.confirm, update_baselines=options.update_baselines,
-                           accept_regressions=options.accept_regressions,
-                           strict_verdicts=self.config.getoption("dlscale_strict"), system_changes=options.system_changes)
+                           accept_regressions=options.accept_regressions, system_changes=options.system_changes,
+                           strict_verdicts=self.config.getoption("dlscale_strict"))
         confirmed = None
         if to_confirm(result.verdict, rule):
             confirmation = self.suite.confirm(result, on_progress=_Progress(self.config))

@@ -298,7 +298,8 @@ def verdict(
             message=f"{interval}: whole interval {better} {good_edge:.4g}, better than baseline: update?",
         )
     if low >= sign * bad_edge:
-        return BandVerdict(kind=VerdictKind.PASS, message=f"{interval}: whole interval within the band's edge {bad_edge:.4g}")
+        return BandVerdict(kind=VerdictKind.PASS,
+                           message=f"{interval}: whole interval within the band's edge {bad_edge:.4g}")
     return BandVerdict(
         kind=VerdictKind.INCONCLUSIVE,
         message=f"{interval}: interval straddles the band's edge {bad_edge:.4g}; measure longer",

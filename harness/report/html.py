@@ -88,7 +88,8 @@ def summary_rows(cells: Sequence[Mapping]) -> tuple[list[list[str]], list[str]]:
                      f"{metrics['step_time']:.4f}" if finite_number(metrics.get("step_time")) else "-",
                      f"{cell['machine_speed'] - 1:+.1%}" if finite_number(cell.get("machine_speed")) else "-",
                      str(cell.get("runs", "-")), cell.get("verdict", "-")])
-        classes.append({VerdictKind.FAIL: "fail", "error": "fail", VerdictKind.PASS: "pass"}.get(cell.get("verdict"), ""))
+        css = {VerdictKind.FAIL: "fail", "error": "fail", VerdictKind.PASS: "pass"}
+        classes.append(css.get(cell.get("verdict"), ""))
     return rows, classes
 
 

@@ -247,8 +247,9 @@ class SelftestReport:
         row = self.row(UNCHANGED)
         decided = row.counts[VerdictKind.PASS] + row.counts[VerdictKind.FASTER]
         if row.runs and decided < MOSTLY_PASS * row.runs:
+            inconclusive, other = row.counts[VerdictKind.INCONCLUSIVE], row.counts["other"]
             missed.append(f"only {decided} of {row.runs} unchanged reruns judged pass (under {MOSTLY_PASS:.0%}): "
-                          f"{row.counts[VerdictKind.INCONCLUSIVE]} inconclusive, {row.counts['other']} without a verdict")
+                          f"{inconclusive} inconclusive, {other} without a verdict")
         for regression in self.regressions:
             row = self.row(regression)
             if not row.fail_rate >= RELIABLE:
@@ -419,8 +420,10 @@ def format_report(report: SelftestReport) -> str:
     if c.neighbour_runs:
         row = report.row(UNCHANGED, neighbour=True)
         contended = sum(1 for r in report.reruns if r.neighbour and r.contended_launches)
-        lines.append(f"with a neighbour's job on the cores: {row.counts[VerdictKind.FAIL]} fail, {row.counts[VerdictKind.INCONCLUSIVE]} "
-                     f"inconclusive, {row.counts[VerdictKind.PASS]} pass of {row.runs}; {contended} had a contended launch left out")
+        fail, inconclusive, passed = (row.counts[kind] for kind in
+                                      (VerdictKind.FAIL, VerdictKind.INCONCLUSIVE, VerdictKind.PASS))
+        lines.append(f"with a neighbour's job on the cores: {fail} fail, {inconclusive} inconclusive, {passed} pass "
+                     f"of {row.runs}; {contended} had a contended launch left out")
     lines.append(f"self-test took {report.wall_s / 60:.1f} min")
     if report.load:
         lines.append(f"load average {report.load[0]:.1f} at the start, {report.load[1]:.1f} at the end, on "
