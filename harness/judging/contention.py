@@ -7,6 +7,7 @@ import dataclasses
 from typing import Mapping, Sequence, TypeVar
 
 from harness.judging.kinds import VerdictKind
+from harness.judging.stats import Estimate
 from harness.rank.contention import outside_share, wait_share
 
 V = TypeVar("V")
@@ -33,14 +34,30 @@ def launch_contended(records: Sequence[Mapping], baseline_share: float | None) -
     return contended(wait_share(records), baseline_share, outside_share(records))
 
 
-def distrust(verdict: V, share: float | None, baseline_share: float | None, outside: float | None = None) -> V:
-    """A failing verdict made inconclusive when the ranks were ``contended``, saying why. A failing
-    verdict whose ranks waited notably while nothing outside the cell took their cores keeps its
-    kind, and says that the cell's own processes made the wait; one with a notable wait and no
-    baseline wait to compare with keeps its kind and says so."""
+def beyond_contention(measured: Estimate, edge: float, stall: float | None) -> bool:
+    """Whether a measurement (higher is better) failing below ``edge`` lies further below it than
+    contention that stood the cell still for at most ``stall`` of its window can have pushed it:
+    with that time given back, its whole interval would still be below the edge."""
+    if stall is None or stall >= 1:
+        return False
+    return measured.high / (1 - stall) < edge
+
+
+def distrust(verdict: V, share: float | None, baseline_share: float | None, outside: float | None = None, *,
+             stall: float | None = None, beyond: bool = False) -> V:
+    """A failing verdict made inconclusive when the ranks were ``contended``, saying why, unless the
+    failure lies ``beyond`` what that contention (costing at most ``stall`` of the window) explains.
+    A failing verdict whose ranks waited notably while nothing outside the cell took their cores
+    keeps its kind, and says that the cell's own processes made the wait; one with a notable wait
+    and no baseline wait to compare with keeps its kind and says so."""
     if verdict.kind != VerdictKind.FAIL:
         return verdict
     if outside is not None:
+        if contended(share, baseline_share, outside) and beyond:
+            return dataclasses.replace(verdict, message=(
+                f"{verdict.message}; work outside the cell took {outside:.0%} of its cores' time, which can have "
+                f"stood it still for {stall:.0%} of the window at most: too little for this shortfall, so the "
+                "fail stands"))
         if contended(share, baseline_share, outside):
             return dataclasses.replace(verdict, kind=VerdictKind.INCONCLUSIVE, message=(
                 f"{verdict.message}; not trusted: work outside the cell took {outside:.0%} of its cores' time "

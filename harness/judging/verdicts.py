@@ -26,12 +26,12 @@ from typing import Mapping
 
 from harness.config.cells import measured_config, scaling_cell
 from harness.judging.breakdown import CellBreakdown, attribute_regression
+from harness.judging.contention import beyond_contention, distrust
 from harness.judging.fingerprint import stack_changes, stale_differences
 from harness.judging.kinds import MOST_SERIOUS_FIRST, VerdictKind
 from harness.judging.stats import BandVerdict, Estimate, needs_more_samples, verdict
 from harness.judging.yardstick import (Yardstick, another_machine, beyond_noise, launch_noise, normalise_estimate,
                                        speed_ratio)
-from harness.judging.contention import distrust
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,6 +50,10 @@ class Reference:
     """How many measurements the band was derived from (``--update-baselines --repeat``): it is
     then the prediction interval of one more launch, and narrows for a measurement pooled from
     several (:meth:`for_launches`). ``None``: a default or hand-written band, taken as it is."""
+
+    def edge_below(self, launches: int = 1) -> float:
+        """The value below which a measurement pooled from ``launches`` launches fails."""
+        return self.value * (1 + self.for_launches(launches).lower)
 
     def for_launches(self, launches: int) -> "Reference":
         """The band a measurement pooled from ``launches`` launches is judged against.
@@ -95,6 +99,8 @@ class Evidence:
     cpu_wait_share: float | None = None
     outside_share: float | None = None
     """Share of the ranks' own cores' time work outside the cell took (:mod:`harness.rank.contention`)."""
+    outside_stall: float | None = None
+    """The most of the window that outside work can have stood the cell still (the same module)."""
     breakdown: CellBreakdown | None = None
     launches: int = 1
     """How many launches the figures pool (contended ones left out)."""
@@ -204,6 +210,7 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
     speed, raw_because = speed_against_baseline(evidence.yardstick, entry, use_yardstick=use_yardstick)
     if another := another_machine(speed):
         return Judgement(verdicts=[Verdict(kind=VerdictKind.MACHINE_DIFFERS, message=another)], machine_speed=speed)
+    judged = [(evidence.throughput, references.get("throughput"))]
     verdicts = [judge_throughput(evidence.throughput, references.get("throughput"),
                                  machine_speed=None if raw_because else speed,
                                  machine_drift=evidence.yardstick.drift if speed and evidence.yardstick else 0.0,
@@ -211,6 +218,7 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
     efficiency_reference = references.get("efficiency")
     if evidence.efficiency is not None and efficiency_reference and evidence.efficiency_source != "by definition":
         # not normalised: its two throughputs come from one session, so the machine's drift cancels
+        judged.append((evidence.efficiency, efficiency_reference))
         verdicts.append(judge(evidence.efficiency, efficiency_reference, metric="efficiency",
                               launches=evidence.launches))
     if evidence.breakdown and entry.get("breakdown") and any(v.failed for v in verdicts):
@@ -220,7 +228,10 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
     if changes:
         verdicts = [dataclasses.replace(v, message=f"{v.message} [software changed since the baseline: "
                                                    f"{', '.join(changes)}]") for v in verdicts]
-    verdicts = [distrust(v, evidence.cpu_wait_share, baseline_wait, evidence.outside_share) for v in verdicts]
+    verdicts = [distrust(v, evidence.cpu_wait_share, baseline_wait, evidence.outside_share, stall=evidence.outside_stall,
+                         beyond=reference is not None and beyond_contention(
+                             measured, reference.edge_below(evidence.launches), evidence.outside_stall))
+                for v, (measured, reference) in zip(verdicts, judged)]
     return Judgement(verdicts=verdicts, machine_speed=speed, stack_changes=changes)
 
 

@@ -107,14 +107,30 @@ def outside_share(records: Sequence[Mapping]) -> float | None:
     process tree surely took: less what the tick counters cannot resolve
     (:data:`TICKS_UNCERTAIN_PER_CORE`), so a short window reads 0 rather than its counters' noise;
     ``None`` unless every rank recorded its per-step ``outside_cpu``."""
-    shares = []
+    taken = _outside_by_rank(records)
+    return max(seconds / (window * cores) for seconds, window, cores in taken) if taken else None
+
+
+def outside_stall(records: Sequence[Mapping]) -> float | None:
+    """The most of the window that work outside the ranks can have cost the cell: every second it
+    took of any rank's cores counted as a second that rank, and with it every rank waiting for it
+    at the next collective, stood still (summed over ranks: their stalls need not overlap). A bound,
+    not an estimate; ``None`` where :func:`outside_share` is."""
+    taken = _outside_by_rank(records)
+    return sum(seconds / window for seconds, window, _ in taken) if taken else None
+
+
+def _outside_by_rank(records: Sequence[Mapping]) -> list[tuple[float, float, int]] | None:
+    """Per rank: seconds of its cores' time work outside its process tree surely took over its
+    timed steps, those steps' seconds, and its cores; ``None`` unless every rank recorded them."""
+    taken = []
     for record in records:
         outside, steps, cores = record.get("outside_cpu"), record.get("step_times"), record.get("cores")
         if outside is None or not steps or not cores or len(outside) != len(steps):
             return None
         unresolved = TICKS_UNCERTAIN_PER_CORE * len(cores) / TICKS_PER_S
-        shares.append(max(0.0, sum(outside) - unresolved) / (sum(steps) * len(cores)))
-    return max(shares) if shares else None
+        taken.append((max(0.0, sum(outside) - unresolved), sum(steps), len(cores)))
+    return taken or None
 
 
 def wait_share(records: Sequence[Mapping]) -> float | None:

@@ -13,7 +13,7 @@ from harness.judging.stats import Estimate, efficiency_interval, throughput_inte
 from harness.judging.verdicts import Evidence, judge_cell
 from harness.judging.yardstick import from_records
 from harness.rank.cell import Cell
-from harness.rank.contention import outside_share, wait_share
+from harness.rank.contention import outside_share, outside_stall, wait_share
 from harness.rank.frameworks import training_ranks
 from harness.session.results import CellResult
 from harness.store.baselines import BaselineFile
@@ -42,7 +42,8 @@ def evaluate(result: CellResult, *, config: Mapping, baselines: BaselineFile, re
                         throughput=result.throughput, efficiency=result.efficiency,
                         efficiency_source=result.efficiency_source, fingerprint=result.fingerprint,
                         yardstick=result.yardstick, cpu_wait_share=result.cpu_wait_share,
-                        outside_share=result.outside_share, breakdown=result.breakdown,
+                        outside_share=result.outside_share, outside_stall=outside_stall(result.records),
+                        breakdown=result.breakdown,
                         launches=max(1, len(result.runs) - result.contended_runs))
     references = {metric: baselines.reference(result.cell.id, metric) for metric in ("throughput", "efficiency")}
     judgement = judge_cell(evidence, entry, references, use_yardstick=use_yardstick,

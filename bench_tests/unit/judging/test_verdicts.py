@@ -217,3 +217,13 @@ def test_every_verdict_kind_is_ranked_once_and_written_as_its_name():
     assert f"{VerdictKind.NO_BASELINE}: x" == "no-baseline: x" and VerdictKind("stale") == "stale"
     verdicts = [Verdict(kind=VerdictKind(kind), message="") for kind in ("faster", "stale", "inconclusive")]
     assert overall(verdicts) == "stale" and overall([]) == VerdictKind.PASS
+
+
+def test_a_cell_far_below_its_band_fails_whatever_work_outside_it_took():
+    """CI once judged a 1e6 img/s baseline against 100 img/s `inconclusive` because the ranks read
+    5% outside work: no neighbour that stood the cell still for a tenth of its window explains that."""
+    neighbour = dict(outside_share=0.2, outside_stall=0.1)
+    far = judge_cell(evidence(10.0, **neighbour), entry(), {"throughput": BAND})
+    assert kinds(far) == ["fail"] and "too little for this shortfall, so the fail stands" in far.verdicts[0].message
+    near = judge_cell(evidence(85.0, **neighbour), entry(), {"throughput": BAND})
+    assert kinds(near) == ["inconclusive"] and "not trusted: work outside the cell took 20%" in near.verdicts[0].message
