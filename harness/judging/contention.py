@@ -53,12 +53,12 @@ def distrust(verdict: V, share: float | None, baseline_share: float | None, outs
     if verdict.kind != VerdictKind.FAIL:
         return verdict
     if outside is not None:
-        if contended(share, baseline_share, outside) and beyond:
-            return dataclasses.replace(verdict, message=(
-                f"{verdict.message}; work outside the cell took {outside:.0%} of its cores' time, which can have "
-                f"stood it still for {stall:.0%} of the window at most: too little for this shortfall, so the "
-                "fail stands"))
         if contended(share, baseline_share, outside):
+            if beyond:
+                return dataclasses.replace(verdict, message=(
+                    f"{verdict.message}; work outside the cell took {outside:.0%} of its cores' time, which can "
+                    f"have stood it still for {stall:.0%} of the window at most: too little for this shortfall, so "
+                    "the fail stands"))
             return dataclasses.replace(verdict, kind=VerdictKind.INCONCLUSIVE, message=(
                 f"{verdict.message}; not trusted: work outside the cell took {outside:.0%} of its cores' time "
                 "during the window (another job, or the hypervisor's steal); measure again on a quiet node"))

@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Collection, Mapping, Sequence
 
+
 def runqueue_wait_s(pid: int | str = "self") -> float | None:
     """Seconds all threads of process ``pid`` have waited on a run queue so far; ``None`` where the
     kernel does not keep schedstat (then there is nothing to say, rather than a zero)."""
