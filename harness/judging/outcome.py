@@ -39,7 +39,7 @@ def to_confirm(verdict: str, rule: FailureRule) -> bool:
 
 
 def failure_message(cell_id: str, repeats: Sequence[Sequence[Verdict]], rule: FailureRule,
-                 confirmed: Confirmed | None = None) -> str | None:
+                    confirmed: Confirmed | None = None) -> str | None:
     """The message the test of cell ``cell_id`` fails with, ``None`` where it passes. ``repeats``:
     the verdicts of each of its repeats (every repeat is judged); ``confirmed``: the A/B of its
     last repeat's verdict, where one ran (:func:`to_confirm`).

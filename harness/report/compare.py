@@ -95,8 +95,8 @@ def write_csv(compared: Sequence[Compared], path: Path) -> None:
         writer.writerow(["cell", "old", "old_low", "old_high", "new", "new_low", "new_high", "machine_speed",
                          "verdict", "message"])
         for c in compared:
-            figures = [value for estimate in (c.old, c.new)
-                       for value in ((estimate.value, estimate.low, estimate.high) if estimate else ("", "", ""))]
+            figures = [value if value is not None else "" for estimate in (c.old, c.new)
+                       for value in (estimate.to_json()[key] if estimate else None for key in ("value", "low", "high"))]
             writer.writerow([c.cell, *figures, c.machine_speed or "", c.verdict, " | ".join(c.messages)])
 
 
