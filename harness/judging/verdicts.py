@@ -132,7 +132,7 @@ def band_verdict(measured: Estimate, reference: Reference, launches: int = 1) ->
     band = reference.for_launches(launches)
     result = verdict(measured, band.value, band.lower, band.upper)
     if result.kind == VerdictKind.PASS and reference.repeats:
-        edge = reference.value * (1 + reference.for_launches(launches + 1).lower)
+        edge = reference.edge_below(launches + 1)
         if measured.value < edge:
             return BandVerdict(kind=VerdictKind.INCONCLUSIVE, message=(
                 f"{result.message}, but below the edge {edge:.4g} of the band for {launches + 1} launches: "
