@@ -47,7 +47,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def framework_component(framework: str) -> str:
     """What a framework's ranks need beyond torch: its package, in its runtime (``horovod+tensorflow``)."""
     entry = FRAMEWORKS.entry(framework)
-    parts = [entry.requires, None if entry.runtime == "torch" else entry.runtime]
+    package = entry.requires.partition(".")[0] if entry.requires else None  # horovod.torch: horovod
+    parts = [package, None if entry.runtime == "torch" else entry.runtime]
     return "+".join(part for part in parts if part) or "torch"
 
 

@@ -40,7 +40,7 @@ torch_chain() {
     want="$(cat "$repo/pyproject.toml" "$repo/ci/constraints.txt" | sha256sum | cut -c1-16) $repo"
     if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
         log "installing dlscale and pinned dependencies into $venv"
-        "$venv/bin/pip" install -q -c "$repo/ci/constraints.txt" -e "$repo[dev,mpi,deepspeed]"
+        "$venv/bin/pip" install -q -c "$repo/ci/constraints.txt" -e "$repo[dev,mpi,deepspeed,references]"
         echo "$want" > "$stamp"
     fi
 

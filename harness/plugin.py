@@ -452,6 +452,8 @@ def _write_paired_summary(terminalreporter, suite: Suite) -> None:
     terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, "
                                 f"{suite.reference_environment.label}")
     terminalreporter.write_line(f"current against reference: {describe_difference(suite.environment_difference)}")
+    for problem in suite.reference_environment.dependency_problems:
+        terminalreporter.write_line(f"the reference's package set, by pip check: {problem}")
     terminalreporter.write_line(format_table(paired_rows(suite.paired_results)))
     counts = collections.Counter(result.verdict_kind for result in suite.paired_results)
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))

@@ -1,7 +1,9 @@
 """An A/B in one session as a user runs it (``--against``): a project whose last commit adds real
-work to every training step, measured against its parent, pair by pair through a real launcher;
+work to every training step, measured against its parent (with another numpy, to show that a
+reference's package set reaches its ranks), pair by pair through a real launcher;
 and ``--confirm``, which asks of a cell that fails its stored baseline whether the software or the
 system changed."""
+import importlib.metadata
 import json
 import os
 import shutil
@@ -21,6 +23,7 @@ from ..workloads import JUDGED_MODEL, SCALING_TEST, TINY_FLAGS
 pytestmark = pytest.mark.launch
 CELL = f"ddp-synthetic-{JUDGED_MODEL}-g1"
 STEP = "            loss = adapter.forward_backward(images, labels)\n"
+OTHER_NUMPY = "2.3.5"
 SLOWER_STEP = STEP + "            for _ in range(2):  # the regression under test: each step's work three times\n" \
                      "                adapter.forward_backward(images, labels)\n"
 
@@ -59,24 +62,32 @@ def project(tmp_path):
 def test_a_commit_that_slows_every_step_regresses_against_its_parent(project, tmp_path):
     needs(LAUNCHER_COMPONENTS["mpirun"], LAUNCHERS.create("mpirun").unavailable_reason())
     cache = tmp_path / "cache"
-    done = suite(project, "--against", "git:HEAD~1", "--pairs", "6", "--max-pairs", "6", cache=cache)
+    done = suite(project, "--against", "git:HEAD~1", "--against", f"pkg:numpy=={OTHER_NUMPY}", "--pairs", "6",
+                 "--max-pairs", "6", cache=cache)
     output = done.stdout + done.stderr
     parent = git(project, "rev-parse", "HEAD~1")
 
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, output[-3000:]
-    assert f"{CELL} regressed against the reference: git {parent[:10]} (HEAD~1): current/reference" in output
+    assert f"{CELL} regressed against the reference: git {parent[:10]} (HEAD~1), numpy {OTHER_NUMPY}: " \
+           f"current/reference" in output
     assert "current against reference: 1 commit(s): " in output and "each step does its work three times" in output
+    assert f"numpy {OTHER_NUMPY} -> {importlib.metadata.version('numpy')}" in output
     results = json.loads((project / "r.json").read_text())
     cell, = results["paired_cells"]
     assert cell["verdict"] == "regressed" and cell["launches"] == 12 and not cell["dropped"]
     assert Counter(pair["order"] for pair in cell["pairs"]) == {"reference-first": 3, "current-first": 3}
     assert cell["ratio"]["high"] < 0.97 and cell["ratio"]["value"] < 0.8, cell
     assert results["against"]["difference"]["commits"][0].endswith("each step does its work three times")
-    # each side's ranks ran its own code: the parent exported from git, the project as it is
+    # each side's ranks ran its own code, the parent exported from git, in its own package set (numpy
+    # pinned over the current environment, built with uv), the current side the project as it is
     ran = {side: json.loads(next((project / "results").glob(f"*/cells/{side}/{CELL}/record-rank0.json"))
-                            .read_text())["harness"] for side in ("reference", "current")}
-    assert ran == {"reference": str(cache / "environments" / f"git-{parent}" / "harness"),
-                   "current": str(project / "harness")}
+                            .read_text()) for side in ("reference", "current")}
+    assert {side: record["harness"] for side, record in ran.items()} == {
+        "reference": str(cache / "environments" / f"git-{parent}" / "harness"), "current": str(project / "harness")}
+    package_set = Path(results["against"]["reference"]["python"]).parent.parent
+    assert package_set.parent == cache / "environments" and package_set.name.startswith("pkgs-")
+    assert {side: record["python"] for side, record in ran.items()} == {
+        "reference": results["against"]["reference"]["python"], "current": sys.executable}
 
 
 def test_a_cell_failing_its_baseline_in_the_baselines_own_environment_is_a_system_change(project, tmp_path):

@@ -129,6 +129,8 @@ CASES = {
                                      ["--system 'site/partition' is not usable as a file name"]),
     "against-a-commit-that-does-not-exist": ({}, ["--against", "git:no-such-branch-x1"],
                                              ["--against git:no-such-branch-x1: no such commit in"]),
+    "against-a-package-version-no-index-has": ({}, ["--against", "pkg:numpy==0.0.7"],
+                                               ["--against pkg: numpy==0.0.7 cannot be built: "]),
     "against-something-not-a-reference": ({}, ["--against", "torch-2.13"],
                                           ["--against torch-2.13: not a reference; say one of git:REF"]),
     "against-with-update-baselines": ({}, ["--against", "env:X=1", "--update-baselines"],

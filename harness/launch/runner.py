@@ -148,10 +148,12 @@ def _describe_errors(errors: list[dict]) -> str:
 
 def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Launcher, *, workdir: Path,
              limits: RunLimits = RunLimits(), options: RankOptions = RankOptions(), master_addr: str | None = None,
-             on_progress: StatusLineFn | None = None, source: Path = HARNESS_SOURCE.parent) -> CellRun:
+             on_progress: StatusLineFn | None = None, source: Path = HARNESS_SOURCE.parent,
+             python: str | None = None) -> CellRun:
     """Run ``cell`` through ``launcher`` with its files under ``workdir/<cell id>``; ``workload`` is
     None for the accuracy task (``options.accuracy``). The ranks run the harness in ``source``:
-    this checkout's, or a reference environment's (harness.machine.references)."""
+    this checkout's, or a reference environment's (harness.machine.references); ``python`` is the
+    interpreter of a reference's package set, where the cell's runtime is this interpreter's."""
     outdir = workdir / cell.id
     if outdir.exists():
         shutil.rmtree(outdir)
@@ -169,7 +171,7 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
                             job_name=f"dlscale-{cell.id}-{token[:8]}", master_port=launch_port_block(cell.ranks),
                             master_addr=master_addr, token=token, cores_per_rank=options.cores_per_rank,
                             share_cores=has_servers(cell.framework),
-                            rank_python=rank_interpreter(FRAMEWORKS.entry(cell.framework).runtime))
+                            rank_python=rank_interpreter(FRAMEWORKS.entry(cell.framework).runtime) or python)
     command = launcher.command(request)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_PORT=str(request.master_port), **{TOKEN_VARIABLE: token})
     if master_addr:

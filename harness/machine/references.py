@@ -4,10 +4,12 @@ get, or both.
 
 A reference is given as parts, each one ``--against`` option:
 
-    git:REF          the project at REF (a commit, branch, tag, ``HEAD~3``): its ``harness`` package,
-                     exported once from git into the cache and put first on the ranks' PYTHONPATH
-    env:NAME=VALUE   the ranks get NAME=VALUE (over the launch environment, --launch-env)
-    env:NAME         the ranks do not get NAME from the launch environment
+    git:REF            the project at REF (a commit, branch, tag, ``HEAD~3``): its ``harness`` package,
+                       exported once from git into the cache and put first on the ranks' PYTHONPATH
+    env:NAME=VALUE     the ranks get NAME=VALUE (over the launch environment, --launch-env)
+    env:NAME           the ranks do not get NAME from the launch environment
+    pkg:NAME==VERSION  the ranks run with that version of a distribution, every other one the current
+                       (harness.machine.package_sets: built once with uv, kept in the cache)
 
 A reference that cannot be built is a :class:`ReferenceError` with one line naming it, raised
 before any launch.
@@ -24,8 +26,10 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from harness import HARNESS_SOURCE
+from harness.machine import package_sets
+from harness.machine.provenance import installed_packages, package_versions
 
-FORMS = "git:REF, env:NAME=VALUE or env:NAME"
+FORMS = "git:REF, env:NAME=VALUE, env:NAME or pkg:NAME==VERSION"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -41,10 +45,17 @@ class Environment:
     launch_environment: Mapping[str, str]
     """Every variable the ranks get from the suite (the launch environment)."""
     commit: str | None
+    packages: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The distributions at other versions than the current environment's (name -> version)."""
+    python: str | None = None
+    """The interpreter the torch runtime's ranks start in where it is not this one: the package set's."""
+    dependency_problems: tuple[str, ...] = ()
+    """What ``pip check`` says of the package set: a pin that wants other versions of the rest."""
 
     def to_json(self) -> dict:
         return {"label": self.label, "source": str(self.source), "commit": self.commit,
-                "launch_environment": dict(self.launch_environment)}
+                "launch_environment": dict(self.launch_environment), "packages": dict(self.packages),
+                "python": self.python, "dependency_problems": list(self.dependency_problems)}
 
 
 def default_cache() -> Path:
@@ -62,7 +73,7 @@ def build(parts: Sequence[str], base: Environment, *, repo: Path = HARNESS_SOURC
     if not parts:
         raise ReferenceError(f"--against: no reference given; say one of {FORMS}")
     variables = dict(base.launch_environment)
-    source, commit, labels = base.source, base.commit, []
+    source, commit, labels, pins = base.source, base.commit, [], {}
     for part in parts:
         kind, _, value = part.partition(":")
         if kind == "git" and value:
@@ -81,15 +92,43 @@ def build(parts: Sequence[str], base: Environment, *, repo: Path = HARNESS_SOURC
             else:
                 variables.pop(name, None)
                 labels.append(f"without {name}")
+        elif kind == "pkg" and value:
+            try:
+                name, version = package_sets.parse_pin(value)
+            except package_sets.PackageSetError as error:
+                raise ReferenceError(str(error)) from None
+            pins[name] = version
+            labels.append(f"{name} {version}")
         else:
             raise ReferenceError(f"--against {part}: not a reference; say one of {FORMS}")
+    python, problems = None, ()
+    if pins:
+        try:
+            python = package_sets.overlay(pins, installed_packages(), cache or default_cache())
+        except package_sets.PackageSetError as error:
+            raise ReferenceError(str(error)) from None
+        problems = tuple(package_sets.dependency_problems(python))
     return Environment(label="reference: " + ", ".join(labels), source=source, launch_environment=variables,
-                       commit=commit)
+                       commit=commit, packages=pins, python=str(python) if python else None,
+                       dependency_problems=problems)
+
+
+def pins_to_rebuild(recorded: Mapping[str, str], current_packages: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """The ``pkg:`` parts that rebuild a recorded package set over the current one, and the current
+    distributions the recorded set did not have (an overlay cannot take them away: left as they are).
+    :class:`ReferenceError` where the Python itself differs."""
+    if recorded.get("python") not in (None, current_packages.get("python")):
+        raise ReferenceError(f"it was recorded with Python {recorded['python']}, this is Python "
+                             f"{current_packages.get('python')}: a package set cannot change the interpreter")
+    pins = [f"pkg:{name}=={version}" for name, version in sorted(recorded.items())
+            if name != "python" and current_packages.get(name) != version]
+    return pins, sorted(name for name in current_packages if name not in recorded)
 
 
 def difference(reference: Environment, current_env: Environment, repo: Path = HARNESS_SOURCE.parent) -> dict:
     """What the current environment changed against the reference: the commits from the reference's
-    to the current one (``git log``), and each launch variable whose value differs (None: unset)."""
+    to the current one (``git log``), each launch variable whose value differs (None: unset), and
+    each distribution at another version (None: not installed)."""
     names = sorted(set(reference.launch_environment) | set(current_env.launch_environment))
     variables = {name: [reference.launch_environment.get(name), current_env.launch_environment.get(name)]
                  for name in names if reference.launch_environment.get(name) != current_env.launch_environment.get(name)}
@@ -97,7 +136,9 @@ def difference(reference: Environment, current_env: Environment, repo: Path = HA
     if reference.commit and current_env.commit and reference.commit != current_env.commit:
         commits = _git(repo, "log", "--oneline", "--no-decorate", f"{reference.commit}..{current_env.commit}") \
             .splitlines() or [f"(the current commit {current_env.commit[:10]} is not after the reference's)"]
-    return {"commits": commits, "launch_environment": variables}
+    installed = package_versions(reference.packages)
+    packages = {name: [version, installed.get(name)] for name, version in sorted(reference.packages.items())}
+    return {"commits": commits, "launch_environment": variables, "packages": packages}
 
 
 def describe_difference(diff: Mapping) -> str:
@@ -108,6 +149,8 @@ def describe_difference(diff: Mapping) -> str:
                      + (" ..." if len(diff["commits"]) > 5 else ""))
     for name, (was, now) in diff.get("launch_environment", {}).items():
         parts.append(f"{name}: {'unset' if was is None else was} -> {'unset' if now is None else now}")
+    for name, (was, now) in diff.get("packages", {}).items():
+        parts.append(f"{name} {was} -> {'not installed' if now is None else now}")
     return ", ".join(parts) or "none (an A/A comparison)"
 
 

@@ -158,6 +158,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
         "addr": address_toward(rank.master_addr, rank.master_port),
         "pid": os.getpid(),
         "harness": str(HARNESS_SOURCE),  # which code ran: an A/B's reference runs another checkout's
+        "python": sys.executable,  # and in which interpreter: a reference with other packages runs its own
         "device": str(device),
         "threads": threads,
         "numerics": dataclasses.asdict(cell.numerics),

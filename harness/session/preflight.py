@@ -18,6 +18,8 @@ from harness.data.tfrecord import TFRecordError, convert, open_tfrecord_set
 from harness.launch.launchers import LAUNCHERS, Launcher, gpus_a_job_step_sees
 from harness.launch.runner import RunLimits
 from harness.machine import allocation
+from harness.machine.package_sets import import_error
+from harness.machine.references import Environment
 from harness.rank.cell import Cell
 from harness.rank.frameworks import FRAMEWORKS, has_servers, numerics_unsupported, training_ranks
 from harness.rank.loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
@@ -82,6 +84,23 @@ def skip_reason(cell: Cell | AccuracyCell, gpus: bool, capacity: int, where: str
     training = training_ranks(cell.framework, cell.ranks, ps_servers) if isinstance(cell, Cell) else cell.training_ranks
     if training > capacity:
         return f"{cell.id} needs {training} {'training ' if training != cell.ranks else ''}ranks but {where}"
+    return None
+
+
+def cannot_start_in(reference: Environment, framework: str) -> str | None:
+    """Why a framework's ranks cannot start in a reference's package set (``--against pkg:``), asked
+    of its interpreter before any launch: the pins apply to the torch runtime's interpreter only, and
+    an extension built against another torch (Horovod's) fails to import. None where they can."""
+    if reference.python is None:
+        return None
+    entry = FRAMEWORKS.entry(framework)
+    if entry.runtime != "torch":
+        return (f"the reference's packages ({', '.join(reference.packages)}) are set over the torch runtime's "
+                f"interpreter; {framework}'s ranks run in the {entry.runtime} runtime's")
+    for module in dict.fromkeys(["torch", entry.requires or "torch"]):
+        failed = import_error(reference.python, module)
+        if failed:
+            return f"the reference environment ({reference.python}) cannot import {module}: {failed}"
     return None
 
 

@@ -201,7 +201,11 @@ class Suite:
         """Measure the cell as pairs of launches, the reference environment's (``--against``) and the
         current one's, on the same nodes in balanced random order; judge the pairs' ratios."""
         self.prepare()
-        result = self._pairs(cell, self.reference_environment, self.reference_launcher, on_progress)
+        reason = preflight.cannot_start_in(self.reference_environment, cell.framework)
+        if reason:
+            result = PairedResult(cell=cell, reference=self.reference_environment, error=reason)
+        else:
+            result = self._pairs(cell, self.reference_environment, self.reference_launcher, on_progress)
         reference_cell = preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers)
         for earlier in self.paired_results:
             if earlier.cell == reference_cell:
@@ -241,15 +245,13 @@ class Suite:
         if not commit:
             raise references.ReferenceError("the baseline records no git commit")
         recorded_packages = environments.load(self.options.baselines_dir, recorded.get("environment") or "")
-        changed = environments.changes(recorded_packages, self._packages) if recorded_packages is not None \
-            else stack_changes
-        if changed:
-            raise references.ReferenceError(
-                f"its packages differ ({', '.join(changed[:4])}{' ...' if len(changed) > 4 else ''}), and references "
-                f"with other packages are not built yet")
-        if commit == self.current_environment.commit and not references.uncommitted_changes():
+        if recorded_packages is None and stack_changes:
+            raise references.ReferenceError(f"its full package set was not kept, and its packages differ "
+                                            f"({', '.join(stack_changes[:4])}{' ...' if len(stack_changes) > 4 else ''})")
+        pins, _ = references.pins_to_rebuild(recorded_packages or {}, self._packages)
+        if not pins and commit == self.current_environment.commit and not references.uncommitted_changes():
             return None
-        return references.build([f"git:{commit}"], self.current_environment)
+        return references.build([f"git:{commit}", *pins], self.current_environment)
 
     def _pairs(self, cell: Cell, reference: references.Environment, reference_launcher: Launcher,
                on_progress: Callable[[str], None] | None) -> PairedResult:
@@ -260,7 +262,8 @@ class Suite:
         def launch(side: str):
             launcher, environment = sides[side]
             return run_cell(cell, self._workload, launcher, workdir=self.options.workdir / side, limits=self.limits,
-                            options=rank_options, on_progress=on_progress, source=environment.source)
+                            options=rank_options, on_progress=on_progress, source=environment.source,
+                            python=environment.python)
 
         o = self.options
         return measure_pairs(cell, reference, launch, PairSettings(first=o.pairs, most=o.max_pairs,

@@ -57,7 +57,10 @@ def test_a_git_reference_is_its_commit_exported_once(project, tmp_path):
 
 @pytest.mark.parametrize("parts, message", [
     (["git:no-such-ref"], "--against git:no-such-ref: no such commit in"),
-    (["torch==2.13.1"], "--against torch==2.13.1: not a reference; say one of git:REF, env:NAME=VALUE or env:NAME"),
+    (["torch==2.13.1"], "--against torch==2.13.1: not a reference; say one of git:REF, env:NAME=VALUE, env:NAME or "
+                        "pkg:NAME==VERSION"),
+    (["pkg:torch"], "--against pkg:torch: say pkg:NAME==VERSION (an exact version)"),
+    (["pkg:torch>=2.13"], "--against pkg:torch>=2.13: say pkg:NAME==VERSION"),
     (["env:"], "--against env:: not a reference"),
     (["env:A-B=1"], "--against env:A-B=1: 'A-B' is not a variable name"),
     ([], "--against: no reference given"),
@@ -81,3 +84,27 @@ def test_uncommitted_changes_are_the_harness_files_git_tracks(project):
     assert not references.uncommitted_changes(project.path)
     (project.path / "harness" / "__init__.py").write_text("CHANGED = 1\n")
     assert references.uncommitted_changes(project.path)
+
+
+def test_a_recorded_package_set_is_rebuilt_by_pinning_what_changed():
+    recorded = {"python": "3.11.7", "torch": "2.13.0", "numpy": "2.4.6", "old-only": "1.0"}
+    current = {"python": "3.11.7", "torch": "2.14.1", "numpy": "2.4.6", "new-only": "2.0"}
+    assert references.pins_to_rebuild(recorded, current) == (["pkg:old-only==1.0", "pkg:torch==2.13.0"],
+                                                             ["new-only"])
+    with pytest.raises(ReferenceError, match="recorded with Python 3.10.2, this is Python 3.11.7"):
+        references.pins_to_rebuild({**recorded, "python": "3.10.2"}, current)
+
+
+def test_a_package_difference_is_the_pinned_version_against_the_installed_one():
+    base = references.current({})
+    reference = references.Environment(label="reference: torch 2.13.0", source=REPO, launch_environment={},
+                                       commit=base.commit, packages={"torch": "2.13.0", "no-such-dist": "1.0"})
+    difference = references.difference(reference, base)
+    assert difference["packages"] == {"no-such-dist": ["1.0", None], "torch": ["2.13.0", torch_version()]}
+    assert references.describe_difference(difference) == \
+        f"no-such-dist 1.0 -> not installed, torch 2.13.0 -> {torch_version()}"
+
+
+def torch_version() -> str:
+    import importlib.metadata
+    return importlib.metadata.version("torch")

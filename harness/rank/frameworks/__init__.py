@@ -7,7 +7,7 @@ from harness.rank.numerics import CHANNELS_LAST, COMPILED, DTYPES, GPU_ONLY, Num
 _FRAMEWORKS_SCRIPT = "bash ci/install_frameworks.sh .venv"
 # DDP, Horovod and DeepSpeed train in every dtype: autocast, and for fp16 a gradient scaler their
 # adapters step with (DeepSpeed: its own bf16 and fp16)
-_HOROVOD = {"requires": "horovod", "install": f"{_FRAMEWORKS_SCRIPT} (builds Horovod against your torch)",
+_HOROVOD = {"requires": "horovod.torch", "install": f"{_FRAMEWORKS_SCRIPT} (builds Horovod against your torch)",
             "stack": {"horovod": "horovod"}, "uses_mpi": True, "dtypes": DTYPES}
 _DEEPSPEED = {"requires": "deepspeed", "install": f"pip install 'dlscale[deepspeed]' or {_FRAMEWORKS_SCRIPT}",
               "stack": {"deepspeed": "deepspeed"}, "dtypes": DTYPES}
