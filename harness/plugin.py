@@ -460,6 +460,11 @@ def _write_paired_summary(terminalreporter, suite: Suite) -> None:
     for result in suite.paired_results:
         for line in ([result.error] if result.error else []) + list(result.verdict.flags if result.verdict else ()):
             terminalreporter.write_line(f"{result.cell.id}: {line}")
+        if result.stored_baseline:
+            stored = result.stored_baseline
+            terminalreporter.write_line(
+                f"{result.cell.id}: the stored baseline judges the current side's {stored['launches']} launches "
+                f"{stored['verdict']}" + (f" ({'; '.join(stored['reasons'])})" if stored["reasons"] else ""))
 
 
 def _interrupt_line(suite: Suite, skipped: list[str]) -> str:

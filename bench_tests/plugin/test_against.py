@@ -62,6 +62,9 @@ def project(tmp_path):
 def test_a_commit_that_slows_every_step_regresses_against_its_parent(project, tmp_path):
     needs(LAUNCHER_COMPONENTS["mpirun"], LAUNCHERS.create("mpirun").unavailable_reason())
     cache = tmp_path / "cache"
+    (project / "baselines").mkdir()  # a figure from another day, far above anything this node does
+    (project / "baselines" / "absys.json").write_text(json.dumps({"schema_version": 1, "system": "absys", "cells": {
+        CELL: {"throughput": {"value": 1e6, "lower": -0.1, "upper": None, "unit": "img/s"}}}}))
     done = suite(project, "--against", "git:HEAD~1", "--against", f"pkg:numpy=={OTHER_NUMPY}", "--pairs", "6",
                  "--max-pairs", "6", cache=cache)
     output = done.stdout + done.stderr
@@ -78,6 +81,9 @@ def test_a_commit_that_slows_every_step_regresses_against_its_parent(project, tm
     assert Counter(pair["order"] for pair in cell["pairs"]) == {"reference-first": 3, "current-first": 3}
     assert cell["ratio"]["high"] < 0.97 and cell["ratio"]["value"] < 0.8, cell
     assert results["against"]["difference"]["commits"][0].endswith("each step does its work three times")
+    # the stored baseline's verdict of the very launches of the current side, beside the pairs'
+    assert cell["stored_baseline"]["verdict"] == "fail" and cell["stored_baseline"]["launches"] == 6
+    assert f"{CELL}: the stored baseline judges the current side's 6 launches fail (fail: " in output
     # each side's ranks ran its own code, the parent exported from git, in its own package set (numpy
     # pinned over the current environment, built with uv), the current side the project as it is
     ran = {side: json.loads(next((project / "results").glob(f"*/cells/{side}/{CELL}/record-rank0.json"))

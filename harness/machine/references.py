@@ -17,6 +17,7 @@ before any launch.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import os
 import re
 import shutil
@@ -113,16 +114,24 @@ def build(parts: Sequence[str], base: Environment, *, repo: Path = HARNESS_SOURC
                        dependency_problems=problems)
 
 
-def pins_to_rebuild(recorded: Mapping[str, str], current_packages: Mapping[str, str]) -> tuple[list[str], list[str]]:
+def pins_to_rebuild(recorded: Mapping[str, str], current_packages: Mapping[str, str],
+                    project: frozenset[str] = frozenset()) -> tuple[list[str], list[str]]:
     """The ``pkg:`` parts that rebuild a recorded package set over the current one, and the current
     distributions the recorded set did not have (an overlay cannot take them away: left as they are).
+    The ``project``'s own distributions are left out: its code comes from the ``git:`` part.
     :class:`ReferenceError` where the Python itself differs."""
     if recorded.get("python") not in (None, current_packages.get("python")):
         raise ReferenceError(f"it was recorded with Python {recorded['python']}, this is Python "
                              f"{current_packages.get('python')}: a package set cannot change the interpreter")
     pins = [f"pkg:{name}=={version}" for name, version in sorted(recorded.items())
-            if name != "python" and current_packages.get(name) != version]
+            if name != "python" and name not in project and current_packages.get(name) != version]
     return pins, sorted(name for name in current_packages if name not in recorded)
+
+
+def project_distributions() -> frozenset[str]:
+    """The installed distributions that are this project (those that hold the ``harness`` package)."""
+    return frozenset(package_sets.normalised(name)
+                     for name in importlib.metadata.packages_distributions().get("harness", ()))
 
 
 def difference(reference: Environment, current_env: Environment, repo: Path = HARNESS_SOURCE.parent) -> dict:

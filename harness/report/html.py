@@ -268,13 +268,15 @@ def _paired_section(results: Mapping) -> str:
     against = results.get("against") or {}
     difference = against.get("difference") or {}
     changed = [*difference.get("commits", []), *(f"{name}: {was} -> {now}" for name, (was, now)
-                                                  in (difference.get("launch_environment") or {}).items())]
-    rows = [["cell", "pairs", "current/reference (95% CI)", "p", "verdict", "flags"]]
+                                                  in (difference.get("launch_environment") or {}).items()),
+               *(f"{name} {was} -> {now}" for name, (was, now) in (difference.get("packages") or {}).items())]
+    rows = [["cell", "pairs", "current/reference (95% CI)", "p", "verdict", "stored baseline's verdict", "flags"]]
     for cell in paired:
         ratio = cell.get("ratio") or {}
         rows.append([cell["cell"], len(cell.get("pairs", [])),
                      _interval((ratio["value"], ratio.get("low"), ratio.get("high")), 3) if ratio else "-",
                      f"{cell['p_value']:.3g}" if cell.get("p_value") is not None else "-", cell["verdict"],
+                     (cell.get("stored_baseline") or {}).get("verdict", "-"),
                      "; ".join(cell.get("flags") or []) or cell.get("error") or ""])
     parts = [f"<h2>A/B against the {html.escape(str((against.get('reference') or {}).get('label')))}</h2>",
              "<p class='note'>Pairs of launches in this session, the order inside each pair balanced and random; "

@@ -45,6 +45,9 @@ class PairedResult:
     """Each side's E_G from its own pairs' throughputs, where the session measured the reference cell."""
     error: str | None = None
     """Why no verdict could be reached: every launch of a side failed."""
+    stored_baseline: dict | None = None
+    """What the cell's stored baseline says of the current side's launches, pooled (where it has
+    one): a figure from another day judging the very launches the pairs judged."""
     launches: int = 0
     wall_s: float = 0.0
     seed: int = 0
@@ -69,6 +72,7 @@ class PairedResult:
             "flags": list(verdict.flags) if verdict else [], "efficiency": self.efficiency,
             "pairs": [dataclasses.asdict(pair) for pair in self.pairs], "dropped": self.dropped,
             "error": self.error, "launches": self.launches, "wall_s": round(self.wall_s, 3), "seed": self.seed,
+            "stored_baseline": self.stored_baseline,
         }
 
 

@@ -20,10 +20,11 @@ from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import write_json_atomic
 from harness.config.cells import PROFILES, AccuracyCell, AccuracySettings, Profile, accuracy_cells, config_hash
 from harness.config.options import SuiteError, SuiteOptions, check_settings
+from harness.judging.kinds import VerdictKind
 from harness.judging.recording import accuracy_entry, baseline_entries
 from harness.judging.verdicts import judge_accuracy, measured_enough
 from harness.launch.launchers import LAUNCHERS, Launcher, default_launcher_name
-from harness.launch.runner import run_cell
+from harness.launch.runner import CellRun, run_cell
 from harness.machine.allocation import launch_environment
 from harness.machine.environment import capture as capture_environment
 from harness.machine import references
@@ -39,7 +40,7 @@ from harness.session import preflight
 from harness.session.evaluation import evaluate
 from harness.session.paired import (Confirmation, PairedResult, PairSettings, confirmed_by, measure_pairs,
                                     side_efficiency)
-from harness.session.results import AccuracyResult, CellResult
+from harness.session.results import AccuracyResult, CellResult, to_json
 from harness.store import environments
 from harness.store.baselines import BaselineError, BaselineFile
 from harness.store.history import append as append_history
@@ -205,7 +206,11 @@ class Suite:
         if reason:
             result = PairedResult(cell=cell, reference=self.reference_environment, error=reason)
         else:
-            result = self._pairs(cell, self.reference_environment, self.reference_launcher, on_progress)
+            current_runs: list[CellRun] = []
+            result = self._pairs(cell, self.reference_environment, self.reference_launcher, on_progress,
+                                 current_runs=current_runs)
+            if result.pairs and self.baselines.entry(cell.id):
+                result.stored_baseline = self._stored_verdict(cell, current_runs)
         reference_cell = preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers)
         for earlier in self.paired_results:
             if earlier.cell == reference_cell:
@@ -248,22 +253,38 @@ class Suite:
         if recorded_packages is None and stack_changes:
             raise references.ReferenceError(f"its full package set was not kept, and its packages differ "
                                             f"({', '.join(stack_changes[:4])}{' ...' if len(stack_changes) > 4 else ''})")
-        pins, _ = references.pins_to_rebuild(recorded_packages or {}, self._packages)
+        pins, _ = references.pins_to_rebuild(recorded_packages or {}, self._packages,
+                                             references.project_distributions())
         if not pins and commit == self.current_environment.commit and not references.uncommitted_changes():
             return None
         return references.build([f"git:{commit}", *pins], self.current_environment)
 
+    def _stored_verdict(self, cell: Cell, runs: list[CellRun]) -> dict:
+        """The stored-baseline verdict of ``runs`` (an A/B's current side), pooled as :meth:`measure`
+        pools a cell's launches; without the yardstick, which pairs do not run."""
+        judged = CellResult(cell=cell, runs=[run for run in runs if run.ok],
+                            config_hash=config_hash(dataclasses.asdict(self._workload), cell))
+        evaluate(judged, config=dataclasses.asdict(self._workload), baselines=self.baselines,
+                 reference_cell=preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers), earlier=[],
+                 use_yardstick=False)
+        return {"verdict": judged.verdict, "throughput": to_json(judged.throughput), "launches": len(judged.runs),
+                "reasons": [f"{v.kind}: {v.message}" for v in judged.verdicts
+                            if v.kind not in (VerdictKind.PASS, VerdictKind.NO_BASELINE)]}
+
     def _pairs(self, cell: Cell, reference: references.Environment, reference_launcher: Launcher,
-               on_progress: Callable[[str], None] | None) -> PairedResult:
+               on_progress: Callable[[str], None] | None, current_runs: list[CellRun] | None = None) -> PairedResult:
         sides = {"reference": (reference_launcher, reference), "current": (self.launcher, self.current_environment)}
         # A pair's ratio cancels the node's speed, which the yardstick would time: not run.
         rank_options = dataclasses.replace(self._rank_options(), yardstick=False)
 
-        def launch(side: str):
+        def launch(side: str) -> CellRun:
             launcher, environment = sides[side]
-            return run_cell(cell, self._workload, launcher, workdir=self.options.workdir / side, limits=self.limits,
-                            options=rank_options, on_progress=on_progress, source=environment.source,
-                            python=environment.python)
+            run = run_cell(cell, self._workload, launcher, workdir=self.options.workdir / side, limits=self.limits,
+                           options=rank_options, on_progress=on_progress, source=environment.source,
+                           python=environment.python)
+            if side == "current" and current_runs is not None:
+                current_runs.append(run)
+            return run
 
         o = self.options
         return measure_pairs(cell, reference, launch, PairSettings(first=o.pairs, most=o.max_pairs,

@@ -91,6 +91,9 @@ def test_a_recorded_package_set_is_rebuilt_by_pinning_what_changed():
     current = {"python": "3.11.7", "torch": "2.14.1", "numpy": "2.4.6", "new-only": "2.0"}
     assert references.pins_to_rebuild(recorded, current) == (["pkg:old-only==1.0", "pkg:torch==2.13.0"],
                                                              ["new-only"])
+    assert references.pins_to_rebuild({**recorded, "dlscale": "0.0.9"}, {**current, "dlscale": "0.1.0"},
+                                      project=references.project_distributions())[0] == \
+        ["pkg:old-only==1.0", "pkg:torch==2.13.0"]  # the project's code comes from git, not an index
     with pytest.raises(ReferenceError, match="recorded with Python 3.10.2, this is Python 3.11.7"):
         references.pins_to_rebuild({**recorded, "python": "3.10.2"}, current)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
+from harness.report.tables import paired_rows
 from harness.session.paired import PairSettings, confirmed_by, measure_pairs
 
 CELL = Cell(framework="ddp", loader="synthetic", model="resnet44", ranks=1)
@@ -58,3 +59,13 @@ def test_a_side_that_keeps_failing_ends_the_comparison_with_its_error():
     assert result.verdict is None and not result.ok and result.launches <= 4
     assert "the reference launch failed: rank 0: boom" in result.error
     assert confirmed_by(result, "none").cause == "unknown"
+
+
+def test_the_summary_shows_the_stored_baselines_verdict_only_where_a_cell_has_one():
+    judged = measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2), SETTINGS, seed=1)
+    assert paired_rows([judged])[0][-1] == "verdict"
+    judged.stored_baseline = {"verdict": "fail", "throughput": None, "launches": 8, "reasons": ["fail: far below"]}
+    unjudged = measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2), SETTINGS, seed=2)
+    header, first, second = paired_rows([judged, unjudged])
+    assert header[-2:] == ["verdict", "stored baseline"] and first[-2:] == ["same", "fail"] and second[-1] == "-"
+    assert judged.to_json()["stored_baseline"]["verdict"] == "fail"

@@ -1,0 +1,72 @@
+"""How often the A/B calls a change where there is none: A/A comparisons of the current environment
+against a separately built copy of it (``--against pkg:numpy==<the installed numpy>``: a package
+set built with uv whose only difference is a second install of the same numpy), each its own
+session of the scaling suite as a user runs it, through a real launcher. It prints every
+comparison's verdict, ratio and pairs, and the false-positive rate with its exact 95% interval,
+and fails on any ``regressed``.
+
+    DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_ab_false_positives.py -s
+    DLSCALE_AA_COMPARISONS=20 DLSCALE_AA_LAUNCHER=srun ...      # more comparisons, another launcher
+
+Not part of ordinary runs (10 comparisons are 15-30 minutes on a 2-core VM).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from scipy import stats
+
+from harness import HARNESS_SOURCE
+
+from ..workloads import JUDGED_MODEL, SCALING_TEST
+
+COMPARISONS = int(os.environ.get("DLSCALE_AA_COMPARISONS", "10"))
+LAUNCHER = os.environ.get("DLSCALE_AA_LAUNCHER", "mpirun")
+CELL_FLAGS = ["--frameworks", "ddp", "--loaders", "synthetic", "--models", JUDGED_MODEL, "--gpus", "1",
+              "--image-size", "32", "--batch-size", "32", "--steps", "16", "--warmup-steps", "3"]
+
+
+@pytest.fixture(autouse=True)
+def only_when_asked(request):
+    if not (request.config.getoption("benchmark_only", False) or os.environ.get("DLSCALE_BENCHMARKS")):
+        pytest.skip("a benchmark: run with --benchmark-only or DLSCALE_BENCHMARKS=1")
+
+
+def exact_interval(successes: int, trials: int) -> tuple[float, float]:
+    """Clopper-Pearson 95% interval of a rate."""
+    low = stats.beta.ppf(0.025, successes, trials - successes + 1) if successes else 0.0
+    high = stats.beta.ppf(0.975, successes + 1, trials - successes) if successes < trials else 1.0
+    return float(low), float(high)
+
+
+def test_identical_environments_are_not_called_regressed(tmp_path):
+    (tmp_path / "test_scaling.py").write_text(SCALING_TEST.read_text())
+    same = f"pkg:numpy=={importlib.metadata.version('numpy')}"
+    rows = []
+    for index in range(COMPARISONS):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
+             "--rootdir", str(tmp_path), "--system", "aa", "--launcher", LAUNCHER, *CELL_FLAGS, "--no-history",
+             "--results-json", f"r{index}.json", "--against", same],
+            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(HARNESS_SOURCE.parent)), capture_output=True,
+            text=True, timeout=3600)
+        assert done.returncode in (0, 1), (done.stdout + done.stderr)[-3000:]
+        cell, = json.loads((tmp_path / f"r{index}.json").read_text())["paired_cells"]
+        rows.append(cell)
+        ratio = cell["ratio"] or {}
+        print(f"A/A {index + 1}/{COMPARISONS}: {cell['verdict']:<12} {ratio.get('value', float('nan')):.3f} "
+              f"[{ratio.get('low', float('nan')):.3f}, {ratio.get('high', float('nan')):.3f}] "
+              f"after {len(cell['pairs'])} pairs ({cell['launches']} launches, {cell['wall_s']:.0f} s)", flush=True)
+    verdicts = Counter(cell["verdict"] for cell in rows)
+    called = verdicts["regressed"] + verdicts["improved"]
+    low, high = exact_interval(called, len(rows))
+    print(f"{len(rows)} A/A comparisons through {LAUNCHER}: {dict(verdicts)}; a change called in {called} "
+          f"(false-positive rate {called / len(rows):.2f}, 95% interval [{low:.2f}, {high:.2f}]); pairs "
+          f"{sorted(len(cell['pairs']) for cell in rows)}")
+    assert verdicts["regressed"] == 0
