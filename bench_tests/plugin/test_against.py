@@ -81,9 +81,12 @@ def test_a_commit_that_slows_every_step_regresses_against_its_parent(project, tm
     assert Counter(pair["order"] for pair in cell["pairs"]) == {"reference-first": 3, "current-first": 3}
     assert cell["ratio"]["high"] < 0.97 and cell["ratio"]["value"] < 0.8, cell
     assert results["against"]["difference"]["commits"][0].endswith("each step does its work three times")
-    # the stored baseline's verdict of the very launches of the current side, beside the pairs'
-    assert cell["stored_baseline"]["verdict"] == "fail" and cell["stored_baseline"]["launches"] == 6
-    assert f"{CELL}: the stored baseline judges the current side's 6 launches fail (fail: " in output
+    # the stored baseline's verdict of the very launches of the current side, beside the pairs' (a
+    # fail, or inconclusive where the contention guard saw enough outside work on a busy CI machine)
+    stored = cell["stored_baseline"]
+    assert stored["verdict"] in ("fail", "inconclusive") and stored["launches"] == 6, stored
+    assert "throughput -100.0% against baseline 1e+06" in stored["reasons"][0], stored
+    assert f"{CELL}: the stored baseline judges the current side's 6 launches {stored['verdict']} (" in output
     # each side's ranks ran its own code, the parent exported from git, in its own package set (numpy
     # pinned over the current environment, built with uv), the current side the project as it is
     ran = {side: json.loads(next((project / "results").glob(f"*/cells/{side}/{CELL}/record-rank0.json"))
