@@ -115,17 +115,15 @@ def build(parts: Sequence[str], base: Environment, *, repo: Path = HARNESS_SOURC
 
 
 def pins_to_rebuild(recorded: Mapping[str, str], current_packages: Mapping[str, str],
-                    project: frozenset[str] = frozenset()) -> tuple[list[str], list[str]]:
-    """The ``pkg:`` parts that rebuild a recorded package set over the current one, and the current
-    distributions the recorded set did not have (an overlay cannot take them away: left as they are).
-    The ``project``'s own distributions are left out: its code comes from the ``git:`` part.
-    :class:`ReferenceError` where the Python itself differs."""
+                    project: frozenset[str] = frozenset()) -> list[str]:
+    """The ``pkg:`` parts that rebuild a recorded package set over the current one. A distribution
+    installed since stays (an overlay cannot take one away); the ``project``'s own are left out (its
+    code comes from the ``git:`` part). :class:`ReferenceError` where the Python itself differs."""
     if recorded.get("python") not in (None, current_packages.get("python")):
         raise ReferenceError(f"it was recorded with Python {recorded['python']}, this is Python "
                              f"{current_packages.get('python')}: a package set cannot change the interpreter")
-    pins = [f"pkg:{name}=={version}" for name, version in sorted(recorded.items())
+    return [f"pkg:{name}=={version}" for name, version in sorted(recorded.items())
             if name != "python" and name not in project and current_packages.get(name) != version]
-    return pins, sorted(name for name in current_packages if name not in recorded)
 
 
 def project_distributions() -> frozenset[str]:

@@ -253,8 +253,7 @@ class Suite:
         if recorded_packages is None and stack_changes:
             raise references.ReferenceError(f"its full package set was not kept, and its packages differ "
                                             f"({', '.join(stack_changes[:4])}{' ...' if len(stack_changes) > 4 else ''})")
-        pins, _ = references.pins_to_rebuild(recorded_packages or {}, self._packages,
-                                             references.project_distributions())
+        pins = references.pins_to_rebuild(recorded_packages or {}, self._packages, references.project_distributions())
         if not pins and commit == self.current_environment.commit and not references.uncommitted_changes():
             return None
         return references.build([f"git:{commit}", *pins], self.current_environment)
