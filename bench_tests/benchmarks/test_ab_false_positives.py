@@ -24,18 +24,10 @@ from scipy import stats
 
 from harness import HARNESS_SOURCE
 
-from ..workloads import JUDGED_MODEL, SCALING_TEST
+from bench_tests.benchmarks.ab_common import CELL_FLAGS, LAUNCHER, only_when_asked  # noqa: F401 (a fixture)
+from bench_tests.workloads import SCALING_TEST
 
 COMPARISONS = int(os.environ.get("DLSCALE_AA_COMPARISONS", "10"))
-LAUNCHER = os.environ.get("DLSCALE_AA_LAUNCHER", "mpirun")
-CELL_FLAGS = ["--frameworks", "ddp", "--loaders", "synthetic", "--models", JUDGED_MODEL, "--gpus", "1",
-              "--image-size", "32", "--batch-size", "32", "--steps", "16", "--warmup-steps", "3"]
-
-
-@pytest.fixture(autouse=True)
-def only_when_asked(request):
-    if not (request.config.getoption("benchmark_only", False) or os.environ.get("DLSCALE_BENCHMARKS")):
-        pytest.skip("a benchmark: run with --benchmark-only or DLSCALE_BENCHMARKS=1")
 
 
 def exact_interval(successes: int, trials: int) -> tuple[float, float]:

@@ -22,8 +22,8 @@ import pytest
 
 from harness import HARNESS_SOURCE
 
-from .test_ab_false_positives import CELL_FLAGS, LAUNCHER, only_when_asked  # noqa: F401 (a fixture)
-from ..workloads import SCALING_TEST
+from bench_tests.benchmarks.ab_common import CELL_FLAGS, LAUNCHER, only_when_asked  # noqa: F401 (a fixture)
+from bench_tests.workloads import SCALING_TEST
 
 PAIRS = 8
 BUSY_S, IDLE_S = 0.04, 0.06
