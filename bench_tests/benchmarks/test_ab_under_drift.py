@@ -6,7 +6,7 @@ sides slowed alike, and by the stored baseline, which sees only the slowdown. Bo
 printed side by side; the test fails if the pairs call a change.
 
     DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_ab_under_drift.py -s
-    DLSCALE_DRIFT_BUSY=0.4 ...     # the neighbour's share of each core (default 0.7)
+    DLSCALE_DRIFT_BUSY=0.4 ...     # the neighbour's share of each core (default 0.55)
 
 Not part of ordinary runs (about 10 minutes on a 2-core VM).
 """
@@ -27,8 +27,9 @@ from bench_tests.benchmarks.ab_common import CELL_FLAGS, LAUNCHER, only_when_ask
 from bench_tests.workloads import SCALING_TEST
 
 PAIRS = 8
-BUSY_SHARE = float(os.environ.get("DLSCALE_DRIFT_BUSY", "0.7"))
-"""The neighbour's duty cycle on each core (of 100 ms): 0.4 slowed the cell by 12% here."""
+BUSY_SHARE = float(os.environ.get("DLSCALE_DRIFT_BUSY", "0.55"))
+"""The neighbour's duty cycle on each core (of 100 ms): 0.4 slowed the cell by 12% here, 0.7 by 41%
+and by 95% in its last launches."""
 BUSY_S, IDLE_S = 0.1 * BUSY_SHARE, 0.1 * (1 - BUSY_SHARE)
 NEIGHBOUR = f"""
 import time
@@ -50,7 +51,8 @@ def suite(directory, *flags: str, log=None) -> subprocess.Popen:
 
 def test_pairs_see_no_change_where_a_stored_figure_sees_the_drift(tmp_path):
     (tmp_path / "test_scaling.py").write_text(SCALING_TEST.read_text())
-    recording = suite(tmp_path, "--update-baselines", "--results-json", "recorded.json")
+    # recorded whatever its interval (a launch here ranges 67-122 img/s; the default widest is 10%)
+    recording = suite(tmp_path, "--update-baselines", "--widest-baseline", "0.5", "--results-json", "recorded.json")
     out, _ = recording.communicate(timeout=1800)
     assert recording.returncode == 0, out[-3000:]
     recorded, = json.loads((tmp_path / "recorded.json").read_text())["cells"]
@@ -77,6 +79,7 @@ def test_pairs_see_no_change_where_a_stored_figure_sees_the_drift(tmp_path):
     assert session.returncode in (0, 1), output[-3000:]
     cell, = json.loads((tmp_path / "aa.json").read_text())["paired_cells"]
     stored = cell["stored_baseline"]
+    assert stored, "the quiet session recorded no baseline"
     half = len(cell["pairs"]) // 2
     quiet, busy = cell["pairs"][:half], cell["pairs"][half:]
     mean = lambda pairs, side: sum(pair[side] for pair in pairs) / len(pairs)  # noqa: E731
