@@ -206,7 +206,7 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     if errors:
         problems.append(_describe_errors(errors))
     silent = _silent_ranks(cell, everyone, errors) if status in ("ok", "failed") else ""
-    if strangers := _ran_other_code(everyone, source):
+    if strangers := _ran_other_code(everyone, source, request.rank_python if python else None):
         problems.append(strangers)
     if silent:
         problems.append(f"rank(s) {silent} ended without a record or an error report (killed, or died in "
@@ -249,12 +249,16 @@ def _watch(process: subprocess.Popen, cell: Cell, outdir: Path, limits: RunLimit
     return "ok", None
 
 
-def _ran_other_code(records: list[dict], source: Path) -> str:
-    """Which ranks imported a harness other than ``source``'s (its records say which they ran), or ''."""
+def _ran_other_code(records: list[dict], source: Path, python: str | None = None) -> str:
+    """Which ranks imported a harness other than ``source``'s, or ran in another interpreter than
+    ``python`` where one is given (their records say which), or ''."""
     expected = str((source / "harness").resolve())
     others = sorted({(record["rank"], record["harness"]) for record in records
                      if record.get("harness") not in (None, expected)}, key=str)
-    return "; ".join(f"rank {rank} ran the harness in {path}, not {expected}" for rank, path in others)
+    elsewhere = sorted({(record["rank"], record["python"]) for record in records
+                        if python and record.get("python") not in (None, python)}, key=str)
+    return "; ".join([*(f"rank {rank} ran the harness in {path}, not {expected}" for rank, path in others),
+                      *(f"rank {rank} ran in {path}, not {python}" for rank, path in elsewhere)])
 
 
 def _silent_ranks(cell: Cell, records: list[dict], errors: list[dict]) -> str:

@@ -4,8 +4,10 @@ import socket
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 from harness.launch.procs import TOKEN_VARIABLE, kill_processes_with_token, processes_with_token
+from harness.launch.runner import _ran_other_code
 
 
 def test_processes_are_found_and_ended_by_their_token_not_their_parent():
@@ -32,3 +34,14 @@ def test_the_sweep_command_ends_its_nodes_processes_and_says_which_it_killed():
         assert sleeper.wait(timeout=10) == -9
     finally:
         sleeper.kill()
+
+
+def test_a_rank_that_ran_other_code_or_another_interpreter_is_named():
+    source = Path("/project")
+    ours = {"rank": 0, "harness": "/project/harness", "python": "/envs/pkgs-1/bin/python"}
+    theirs = {"rank": 1, "harness": "/elsewhere/harness", "python": "/usr/bin/python3"}
+    assert _ran_other_code([ours], source, "/envs/pkgs-1/bin/python") == ""
+    assert _ran_other_code([ours, theirs], source) == "rank 1 ran the harness in /elsewhere/harness, not /project/harness"
+    assert _ran_other_code([ours, theirs], source, "/envs/pkgs-1/bin/python") == (
+        "rank 1 ran the harness in /elsewhere/harness, not /project/harness; "
+        "rank 1 ran in /usr/bin/python3, not /envs/pkgs-1/bin/python")
