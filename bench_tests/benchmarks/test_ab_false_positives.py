@@ -7,6 +7,7 @@ and fails on any ``regressed``.
 
     DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_ab_false_positives.py -s
     DLSCALE_AA_COMPARISONS=20 DLSCALE_AA_LAUNCHER=srun ...      # more comparisons, another launcher
+    DLSCALE_AA_MAX_PAIRS=8 ...                                  # the first round's verdicts only
 
 Not part of ordinary runs (10 comparisons are 15-30 minutes on a 2-core VM).
 """
@@ -28,6 +29,7 @@ from bench_tests.benchmarks.ab_common import CELL_FLAGS, LAUNCHER, only_when_ask
 from bench_tests.workloads import SCALING_TEST
 
 COMPARISONS = int(os.environ.get("DLSCALE_AA_COMPARISONS", "10"))
+MAX_PAIRS = os.environ.get("DLSCALE_AA_MAX_PAIRS", "32")
 
 
 def exact_interval(successes: int, trials: int) -> tuple[float, float]:
@@ -45,7 +47,7 @@ def test_identical_environments_are_not_called_regressed(tmp_path):
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
              "--rootdir", str(tmp_path), "--system", "aa", "--launcher", LAUNCHER, *CELL_FLAGS, "--no-history",
-             "--results-json", f"r{index}.json", "--against", same],
+             "--results-json", f"r{index}.json", "--max-pairs", MAX_PAIRS, "--against", same],
             cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(HARNESS_SOURCE.parent)), capture_output=True,
             text=True, timeout=3600)
         assert done.returncode in (0, 1), (done.stdout + done.stderr)[-3000:]
