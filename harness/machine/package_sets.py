@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Mapping
 
 from harness.common.filelock import locked
-from harness.machine.provenance import environment_id
+from harness.machine.provenance import distribution_key, environment_id
 
 COMPLETE = ".dlscale-complete"
 """Written last into a built overlay: one without it was cut short and is built again."""
@@ -40,16 +40,11 @@ class PackageSetError(ValueError):
 
 
 def parse_pin(text: str) -> tuple[str, str]:
-    """``NAME==VERSION`` as (normalised name, version)."""
+    """``NAME==VERSION`` as (its distribution key, version)."""
     match = _PIN.match(text)
     if not match:
         raise PackageSetError(f"--against pkg:{text}: say pkg:NAME==VERSION (an exact version)")
-    return normalised(match[1]), match[2]
-
-
-def normalised(name: str) -> str:
-    """A distribution's name as package sets key it (:func:`harness.machine.provenance.installed_packages`)."""
-    return name.lower().replace("_", "-")
+    return distribution_key(match[1]), match[2]
 
 
 def overlay(pins: Mapping[str, str], base_packages: Mapping[str, str], cache: Path) -> Path:

@@ -35,6 +35,11 @@ def package_versions(tracked: Iterable[str]) -> dict[str, str]:
     return versions
 
 
+def distribution_key(name: str) -> str:
+    """A distribution's name as package sets key it: ``Foo_Bar`` and ``foo-bar`` are one."""
+    return name.lower().replace("_", "-")
+
+
 def installed_packages() -> dict[str, str]:
     """Every distribution this interpreter's environment holds, by normalised name, with its version:
     what rebuilding the environment takes (the tracked few of :func:`package_versions` say less)."""
@@ -42,7 +47,7 @@ def installed_packages() -> dict[str, str]:
     for distribution in importlib.metadata.distributions():
         name = distribution.metadata["Name"]
         if name:
-            found[name.lower().replace("_", "-")] = distribution.version
+            found[distribution_key(name)] = distribution.version
     return {"python": platform.python_version(), **dict(sorted(found.items()))}
 
 

@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 from harness import HARNESS_SOURCE
 from harness.machine import package_sets
-from harness.machine.provenance import installed_packages, package_versions
+from harness.machine.provenance import distribution_key, installed_packages, package_versions
 
 FORMS = "git:REF, env:NAME=VALUE, env:NAME or pkg:NAME==VERSION"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -128,8 +128,7 @@ def pins_to_rebuild(recorded: Mapping[str, str], current_packages: Mapping[str, 
 
 def project_distributions() -> frozenset[str]:
     """The installed distributions that are this project (those that hold the ``harness`` package)."""
-    return frozenset(package_sets.normalised(name)
-                     for name in importlib.metadata.packages_distributions().get("harness", ()))
+    return frozenset(distribution_key(name) for name in importlib.metadata.packages_distributions().get("harness", ()))
 
 
 def difference(reference: Environment, current_env: Environment, repo: Path = HARNESS_SOURCE.parent) -> dict:
