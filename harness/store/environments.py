@@ -1,7 +1,7 @@
 """The package sets baselines were recorded with: ``baselines/environments/<id>.json``, one file per
 set, named by its content hash (:func:`harness.machine.provenance.environment_id`) and written once.
 A baseline entry's ``provenance.environment`` names its file, so that an A/B can tell whether the
-environment it was recorded with can be rebuilt, and what changed since."""
+environment it was recorded with can be rebuilt (harness.machine.references.pins_to_rebuild)."""
 from __future__ import annotations
 
 import json
@@ -31,13 +31,3 @@ def load(baselines_dir: Path, identity: str) -> dict[str, str] | None:
     packages = data.get("packages") if isinstance(data, dict) else None
     return packages if isinstance(packages, dict) else None
 
-
-def changes(recorded: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
-    """What differs between two package sets: ``torch 2.13.1 -> 2.14.1``, ``+ name 1.0``, ``- name 1.0``."""
-    found = []
-    for name in sorted(set(recorded) | set(current)):
-        was, now = recorded.get(name), current.get(name)
-        if was == now:
-            continue
-        found.append(f"+ {name} {now}" if was is None else f"- {name} {was}" if now is None else f"{name} {was} -> {now}")
-    return found
