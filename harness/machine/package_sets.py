@@ -94,7 +94,7 @@ def import_error(python: str, module: str) -> str | None:
     done = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, timeout=300)
     if done.returncode == 0:
         return None
-    said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    said = _lines(done.stderr)
     return said[-1][:300] if said else f"exit {done.returncode}"
 
 
@@ -121,10 +121,14 @@ def index_options(env: Mapping[str, str] = os.environ) -> list[str]:
 def _run(command: list[str], pins: Mapping[str, str]) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     if done.returncode != 0:
-        said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-        reason = " ".join(said[-3:])[-400:] or f"exit {done.returncode}"
+        reason = " ".join(_lines(done.stderr)[-3:])[-400:] or f"exit {done.returncode}"
         wanted = ", ".join(f"{name}=={version}" for name, version in sorted(pins.items()))
         raise PackageSetError(f"--against pkg: {wanted} cannot be built: {reason}")
+
+
+def _lines(text: str) -> list[str]:
+    """A tool's output without its blank lines and margins."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def _check_versions(python: Path, pins: Mapping[str, str]) -> None:
