@@ -9,24 +9,19 @@ and fails on any ``regressed``.
     DLSCALE_AA_COMPARISONS=20 DLSCALE_AA_LAUNCHER=srun ...      # more comparisons, another launcher
     DLSCALE_AA_MAX_PAIRS=8 ...                                  # the first round's verdicts only
 
-Not part of ordinary runs (10 comparisons are 15-30 minutes on a 2-core VM).
+Not part of ordinary runs (a comparison of 8 pairs took about 3 minutes on a 2-core VM, of 32 pairs
+about 12: 10 comparisons are 30 minutes to 2 hours).
 """
 from __future__ import annotations
 
 import importlib.metadata
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 
-import pytest
 from scipy import stats
 
-from harness import HARNESS_SOURCE
-
-from bench_tests.benchmarks.ab_common import CELL_FLAGS, LAUNCHER, only_when_asked  # noqa: F401 (a fixture)
-from bench_tests.workloads import SCALING_TEST
+from bench_tests.benchmarks.ab_common import LAUNCHER, only_when_asked, start_suite  # noqa: F401 (a fixture)
 
 COMPARISONS = int(os.environ.get("DLSCALE_AA_COMPARISONS", "10"))
 MAX_PAIRS = os.environ.get("DLSCALE_AA_MAX_PAIRS", "32")
@@ -40,17 +35,13 @@ def exact_interval(successes: int, trials: int) -> tuple[float, float]:
 
 
 def test_identical_environments_are_not_called_regressed(tmp_path):
-    (tmp_path / "test_scaling.py").write_text(SCALING_TEST.read_text())
     same = f"pkg:numpy=={importlib.metadata.version('numpy')}"
     rows = []
     for index in range(COMPARISONS):
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
-             "--rootdir", str(tmp_path), "--system", "aa", "--launcher", LAUNCHER, *CELL_FLAGS, "--no-history",
-             "--results-json", f"r{index}.json", "--max-pairs", MAX_PAIRS, "--against", same],
-            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(HARNESS_SOURCE.parent)), capture_output=True,
-            text=True, timeout=3600)
-        assert done.returncode in (0, 1), (done.stdout + done.stderr)[-3000:]
+        session = start_suite(tmp_path, "aa", "--results-json", f"r{index}.json", "--max-pairs", MAX_PAIRS,
+                              "--against", same)
+        output, _ = session.communicate(timeout=3600)
+        assert session.returncode in (0, 1), output[-3000:]
         cell, = json.loads((tmp_path / f"r{index}.json").read_text())["paired_cells"]
         rows.append(cell)
         ratio = cell["ratio"] or {}

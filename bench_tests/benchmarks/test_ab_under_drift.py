@@ -19,12 +19,8 @@ import subprocess
 import sys
 import time
 
-import pytest
 
-from harness import HARNESS_SOURCE
-
-from bench_tests.benchmarks.ab_common import CELL_FLAGS, LAUNCHER, only_when_asked  # noqa: F401 (a fixture)
-from bench_tests.workloads import SCALING_TEST
+from bench_tests.benchmarks.ab_common import only_when_asked, start_suite  # noqa: F401 (a fixture)
 
 PAIRS = 8
 BUSY_SHARE = float(os.environ.get("DLSCALE_DRIFT_BUSY", "0.55"))
@@ -41,18 +37,10 @@ while True:
 """
 
 
-def suite(directory, *flags: str, log=None) -> subprocess.Popen:
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
-               "--rootdir", str(directory), "--system", "drift", "--launcher", LAUNCHER, *CELL_FLAGS, "--no-history",
-               *flags]
-    return subprocess.Popen(command, cwd=directory, env=dict(os.environ, PYTHONPATH=str(HARNESS_SOURCE.parent)),
-                            stdout=log or subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
 def test_pairs_see_no_change_where_a_stored_figure_sees_the_drift(tmp_path):
-    (tmp_path / "test_scaling.py").write_text(SCALING_TEST.read_text())
     # recorded whatever its interval (a launch here ranges 67-122 img/s; the default widest is 10%)
-    recording = suite(tmp_path, "--update-baselines", "--widest-baseline", "0.5", "--results-json", "recorded.json")
+    recording = start_suite(tmp_path, "drift", "--update-baselines", "--widest-baseline", "0.5", "--results-json",
+                            "recorded.json")
     out, _ = recording.communicate(timeout=1800)
     assert recording.returncode == 0, out[-3000:]
     recorded, = json.loads((tmp_path / "recorded.json").read_text())["cells"]
@@ -63,8 +51,9 @@ def test_pairs_see_no_change_where_a_stored_figure_sees_the_drift(tmp_path):
     log_path = tmp_path / "aa.log"
     neighbours = []
     with open(log_path, "w") as log:
-        session = suite(tmp_path, "--against", f"pkg:numpy=={importlib.metadata.version('numpy')}", "--pairs",
-                        str(PAIRS), "--max-pairs", str(PAIRS), "--results-json", "aa.json", "-s", log=log)
+        session = start_suite(tmp_path, "drift", "--against", f"pkg:numpy=={importlib.metadata.version('numpy')}",
+                              "--pairs", str(PAIRS), "--max-pairs", str(PAIRS), "--results-json", "aa.json", "-s",
+                              log=log)
         try:
             while session.poll() is None and log_path.read_text().count("starting") <= PAIRS:
                 time.sleep(0.5)  # the first half of the launches on the quiet machine
