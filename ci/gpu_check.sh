@@ -4,16 +4,17 @@
 #   1. reference: the harness's DDP cell against PyTorch's own loop (bench_tests/benchmarks/
 #      test_reference_loops.py) on the study's workload (ResNet50, 224 px, 64 images per GPU), NCCL,
 #      a GPU per rank, torchrun, at fp32 and bf16 (DLSCALE_REFERENCE_DTYPES), two interleaved rounds;
-#   2. ddp: the scaling suite's DDP cells with the synthetic and the native loader on that workload,
-#      at fp32 (TF32 off), tf32 and bf16 (--dtypes);
+#   2. ddp: the scaling suite's DDP cell with the synthetic loader on that workload, at fp32 (TF32
+#      off), tf32 and bf16 (--dtypes);
 #   3. ddp_channels_last: DDP's synthetic cell at bf16 with --channels-last;
 #   4. deepspeed: DeepSpeed's synthetic cell at bf16 (its own bf16); where `import deepspeed` fails
 #      (its wheels not carried) the part says so and is skipped, not failed;
-#   5. parameter_server: the parameter-server cells (torch_ps_sync, torch_ps_async: one GPU worker,
+#   5. ddp_native: DDP's cell with the native loader (JPEG decoding in DataLoader workers) at bf16;
+#   6. parameter_server: the parameter-server cells (torch_ps_sync, torch_ps_async: one GPU worker,
 #      one CPU server), fp32, measured once and judged against the system's baselines (DDP with as
 #      many training ranks is part 2's ddp-synthetic-resnet50-g<N>);
-#   6. unit: the unit tests, on a machine where torch sees a GPU (last: it gets what is left).
-# Parts 2-4 record their cells into baselines/<system>.json (--update-baselines --repeat 3: a band
+#   7. unit: the unit tests, on a machine where torch sees a GPU (last: it gets what is left).
+# Parts 2-5 record their cells into baselines/<system>.json (--update-baselines --repeat 3: a band
 # from three launches, the provenance the suite records), <system> named from the GPU
 # (torch.cuda.get_device_name(): h100-sxm, h100-pcie, h200-sxm, a100-sxm, ...; GPU_CHECK_SYSTEM
 # overrides it).
@@ -26,12 +27,13 @@
 # step on a CPU without AVX-512 BF16; the reference part keeps ResNet50, one round, 1 + 3 steps), and
 # the baselines written into OUT_DIR/baselines, never the repository's.
 #
-# The check keeps to a budget (GPU_CHECK_BUDGET_S, default 480 s on GPUs, 1800 s with --cpu),
+# The check keeps to a budget (GPU_CHECK_BUDGET_S, default 690 s on GPUs, 1800 s with --cpu),
 # counted from its start: each part may use what is left of it less what the parts after it are
 # expected to need (NEED below), and is then ended as a Ctrl-C ends the suite (SIGTERM: the cells it
 # finished, and their baselines, are kept) and reported as out of time. GPU_CHECK_PARTS (comma-separated names) runs only those parts.
 # Everything lands in OUT_DIR: machine.log, one log per part, each suite part's results as
-# <part>.json, and a summary of the parts at the end. PYTHON names the interpreter (default: the
+# <part>.json, a copy of the baselines it recorded and their package sets under OUT_DIR/baselines
+# (the one folder to bring back from a lent machine), and a summary of the parts at the end. PYTHON names the interpreter (default: the
 # repository's .venv where there is one, else python3).
 set -uo pipefail
 cpu=0
@@ -60,8 +62,8 @@ if ((cpu)); then
     # the plumbing only: one round of three steps holds no harness/reference ratio worth a verdict
     reference_env=(DLSCALE_REFERENCE_ROUNDS=1 DLSCALE_REFERENCE_WORKLOAD=batch_size=8,warmup_steps=1,steps=3
                    DLSCALE_REFERENCE_MIN_RATIO=0)
-    declare -A NEED=([reference]=300 [ddp]=420 [ddp_channels_last]=120 [deepspeed]=150 [parameter_server]=150
-                     [unit]=570)
+    declare -A NEED=([reference]=300 [ddp]=300 [ddp_channels_last]=120 [deepspeed]=150 [ddp_native]=120
+                     [parameter_server]=150 [unit]=570)
 else
     ranks="${positional[1]:-$("$python" -c 'import torch; print(torch.cuda.device_count())')}"
     if [[ "$ranks" == 0 ]]; then
@@ -88,15 +90,19 @@ EOF
     baselines="$repo/baselines"
     dtypes=fp32,tf32,bf16
     reference_dtypes=fp32,bf16
-    budget="${GPU_CHECK_BUDGET_S:-480}"
+    budget="${GPU_CHECK_BUDGET_S:-690}"
     workload=(--profile study --models resnet50)
     reference_env=(DLSCALE_REFERENCE_DEVICE=cuda DLSCALE_REFERENCE_ROUNDS=2)
-    # seconds each part is expected to take on one H100: estimates (~10 s a launch, ~10 s a session's
-    # start), not yet measured there; unit is last and gets what is left, at least its 30
-    declare -A NEED=([reference]=95 [ddp]=190 [ddp_channels_last]=40 [deepspeed]=50 [parameter_server]=40
-                     [unit]=30)
+    # seconds each part took on one H200 (2026-11-27, torch 2.11): a launch 15-22 s whatever its
+    # dtype, of which the 60 measured steps are 2-4 s (start-up: torchrun, CUDA, NCCL, cuDNN's
+    # autotuning); reference 141 s for its 8 launches, ddp 188 s for 9, deepspeed 22 s a launch, a
+    # parameter-server cell 37 s, the unit tests about 60 s. A whole check fills about 11.5 min of a
+    # 15-min lease with the machine's start; a part that ran out keeps the cells it finished, and
+    # GPU_CHECK_PARTS reruns the rest.
+    declare -A NEED=([reference]=145 [ddp]=195 [ddp_channels_last]=65 [deepspeed]=75 [ddp_native]=70
+                     [parameter_server]=80 [unit]=60)
 fi
-ORDER=(reference ddp ddp_channels_last deepspeed parameter_server unit)
+ORDER=(reference ddp ddp_channels_last deepspeed ddp_native parameter_server unit)
 chosen=",${GPU_CHECK_PARTS:-$(IFS=,; echo "${ORDER[*]}")},"
 for name in ${GPU_CHECK_PARTS:+${GPU_CHECK_PARTS//,/ }}; do
     [[ -v "NEED[$name]" ]] || { echo "gpu_check: no part $name; the parts: ${ORDER[*]}" >&2; exit 2; }
@@ -164,7 +170,7 @@ part reference env DLSCALE_BENCHMARKS=1 DLSCALE_REFERENCE_FRAMEWORKS=ddp DLSCALE
     DLSCALE_REFERENCE_DTYPES="$reference_dtypes" "${reference_env[@]}" \
     "$python" -m pytest bench_tests/benchmarks/test_reference_loops.py -k test_harness_matches_reference_loops \
     -s -p no:cacheprovider
-part ddp "${suite[@]}" "${record[@]}" --gpus "$rank_list" --frameworks ddp --loaders synthetic,native \
+part ddp "${suite[@]}" "${record[@]}" --gpus "$rank_list" --frameworks ddp --loaders synthetic \
     --dtypes "$dtypes" --results-json="$out/ddp.json"
 part ddp_channels_last "${suite[@]}" "${record[@]}" --gpus "$rank_list" --frameworks ddp --loaders synthetic \
     --dtypes bf16 --channels-last --results-json="$out/ddp_channels_last.json"
@@ -174,10 +180,19 @@ if [[ "$chosen" != *",deepspeed,"* ]] || missing="$("$python" -c 'import deepspe
 else
     skip deepspeed "import deepspeed fails here: $(tail -n 1 <<<"$missing")"
 fi
+part ddp_native "${suite[@]}" "${record[@]}" --gpus "$rank_list" --frameworks ddp --loaders native \
+    --dtypes bf16 --results-json="$out/ddp_native.json"
 part parameter_server "${suite[@]}" --gpus 2 --frameworks torch_ps_sync,torch_ps_async --loaders synthetic \
     --measure-budget 0 --hang-timeout 120 --system "$system" --baselines-dir="$baselines" \
     --results-json="$out/parameter_server.json"
-part unit "$python" -m pytest bench_tests/unit -q -p no:cacheprovider --timeout 60
+# -v: each test's name as it ends, so a part cut short still says which tests failed
+part unit "$python" -m pytest bench_tests/unit -v -rfE --tb=short -p no:cacheprovider --timeout 60
+
+if [[ "$baselines" != "$out/baselines" && -f "$baselines/$system.json" ]]; then
+    mkdir -p "$out/baselines"
+    cp "$baselines/$system.json" "$out/baselines/"
+    [[ -d "$baselines/environments" ]] && cp -r "$baselines/environments" "$out/baselines/"
+fi
 
 echo "== gpu_check ($system, $((SECONDS))s of ${budget}s):"
 printf '   %s\n' "${summary[@]}"
