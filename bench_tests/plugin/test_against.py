@@ -6,7 +6,6 @@ system changed."""
 import importlib.metadata
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -14,23 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import HARNESS_SOURCE
 from harness.launch.launchers import LAUNCHERS
 
 from ..components import LAUNCHER_COMPONENTS, needs
-from ..workloads import JUDGED_MODEL, SCALING_TEST, TINY_FLAGS
+from ..projects import SLOWER_STEP_SUBJECT, git, slower_step, throwaway_project
+from ..workloads import JUDGED_MODEL, TINY_FLAGS
 
 pytestmark = pytest.mark.launch
 CELL = f"ddp-synthetic-{JUDGED_MODEL}-g1"
-STEP = "            loss = adapter.forward_backward(images, labels)\n"
 OTHER_NUMPY = "2.3.5"
-SLOWER_STEP = STEP + "            for _ in range(2):  # the regression under test: each step's work three times\n" \
-                     "                adapter.forward_backward(images, labels)\n"
-
-
-def git(project: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(project), "-c", "user.name=dlscale", "-c", "user.email=dlscale@test",
-                           *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def suite(project: Path, *flags: str, cache: Path) -> subprocess.CompletedProcess:
@@ -45,18 +36,7 @@ def suite(project: Path, *flags: str, cache: Path) -> subprocess.CompletedProces
 @pytest.fixture
 def project(tmp_path):
     """This checkout's harness as a project of two commits: as it is, then with slower steps."""
-    project = tmp_path / "project"
-    shutil.copytree(HARNESS_SOURCE, project / "harness", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(HARNESS_SOURCE.parent / "pyproject.toml", project)
-    shutil.copy(SCALING_TEST, project / "test_scaling.py")
-    git(project, "init", "-q")
-    git(project, "add", "-A")
-    git(project, "commit", "-q", "-m", "as the checkout is")
-    loop = project / "harness" / "rank" / "trainloop.py"
-    assert loop.read_text().count(STEP) == 1, "the training loop's step changed: update the regression's patch"
-    loop.write_text(loop.read_text().replace(STEP, SLOWER_STEP))
-    git(project, "commit", "-q", "-am", "each step does its work three times")
-    return project
+    return throwaway_project(tmp_path / "project", [(SLOWER_STEP_SUBJECT, slower_step)])
 
 
 def test_a_commit_that_slows_every_step_regresses_against_its_parent(project, tmp_path):
@@ -73,14 +53,14 @@ def test_a_commit_that_slows_every_step_regresses_against_its_parent(project, tm
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, output[-3000:]
     assert f"{CELL} regressed against the reference: git {parent[:10]} (HEAD~1), numpy {OTHER_NUMPY}: " \
            f"current/reference" in output
-    assert "current against reference: 1 commit(s): " in output and "each step does its work three times" in output
+    assert "current against reference: 1 commit(s): " in output and SLOWER_STEP_SUBJECT in output
     assert f"numpy {OTHER_NUMPY} -> {importlib.metadata.version('numpy')}" in output
     results = json.loads((project / "r.json").read_text())
     cell, = results["paired_cells"]
     assert cell["verdict"] == "regressed" and cell["launches"] == 12 and not cell["dropped"]
     assert Counter(pair["order"] for pair in cell["pairs"]) == {"reference-first": 3, "current-first": 3}
     assert cell["ratio"]["high"] < 0.97 and cell["ratio"]["value"] < 0.8, cell
-    assert results["against"]["difference"]["commits"][0].endswith("each step does its work three times")
+    assert results["against"]["difference"]["commits"][0].endswith(SLOWER_STEP_SUBJECT)
     # the stored baseline's verdict of the very launches of the current side, beside the pairs' (a
     # fail, or inconclusive where the contention guard saw enough outside work on a busy CI machine)
     stored = cell["stored_baseline"]

@@ -188,8 +188,8 @@ def _exported(repo: Path, commit: str, cache: Path) -> Path:
         archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit, "harness"],
                                  capture_output=True, timeout=120)
         if archive.returncode != 0:
-            raise ReferenceError(f"--against git:{commit[:10]}: git archive failed: "
-                                 f"{archive.stderr.decode(errors='replace').strip().splitlines()[-1:]}")
+            said = archive.stderr.decode(errors="replace").strip().splitlines() or [f"exit {archive.returncode}"]
+            raise ReferenceError(f"--against git:{commit[:10]}: git archive failed: {said[-1]}")
         subprocess.run(["tar", "-x", "-C", str(staging)], input=archive.stdout, check=True, timeout=120)
         try:
             staging.rename(target)

@@ -273,14 +273,10 @@ class Suite:
     def _pairs(self, cell: Cell, reference: references.Environment, reference_launcher: Launcher,
                on_progress: Callable[[str], None] | None, current_runs: list[CellRun] | None = None) -> PairedResult:
         sides = {"reference": (reference_launcher, reference), "current": (self.launcher, self.current_environment)}
-        # A pair's ratio cancels the node's speed, which the yardstick would time: not run.
-        rank_options = dataclasses.replace(self._rank_options(), yardstick=False)
 
         def launch(side: str) -> CellRun:
             launcher, environment = sides[side]
-            run = run_cell(cell, self._workload, launcher, workdir=self.options.workdir / side, limits=self.limits,
-                           options=rank_options, on_progress=on_progress, source=environment.source,
-                           python=environment.python)
+            run = self.launch_in(cell, environment, side, launcher=launcher, on_progress=on_progress)
             if side == "current" and current_runs is not None:
                 current_runs.append(run)
             return run
@@ -289,6 +285,16 @@ class Suite:
         return measure_pairs(cell, reference, launch, PairSettings(first=o.pairs, most=o.max_pairs,
                                                                    min_effect=o.min_effect, budget_s=o.pairs_budget),
                              on_progress=on_progress)
+
+    def launch_in(self, cell: Cell, environment: references.Environment, place: str, *,
+                  launcher: Launcher | None = None, on_progress: Callable[[str], None] | None = None) -> CellRun:
+        """One launch of ``cell`` in ``environment`` (an A/B's side, a bisect's point), its files under
+        the workdir's ``place``. Without the yardstick: the ratios of launches side by side cancel the
+        node's speed, which it would time."""
+        self.prepare()
+        return run_cell(cell, self._workload, launcher or self.launcher, workdir=self.options.workdir / place,
+                        limits=self.limits, options=dataclasses.replace(self._rank_options(), yardstick=False),
+                        on_progress=on_progress, source=environment.source, python=environment.python)
 
     def _rank_options(self) -> RankOptions:
         return RankOptions(device=self.options.device, cores_per_rank=self.cores_per_rank or None,

@@ -1,0 +1,96 @@
+"""``dlscale-bisect`` as a user runs it, on a throwaway project whose history holds one commit that
+makes every training step slower (real work: the step's forward and backward three times) among
+harmless ones: it names that commit and verifies it against its parent through a real launcher,
+and goes on from its state file after its budget cut it short. Bad input is one line, before any
+launch."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.launch.launchers import LAUNCHERS
+
+from ..components import LAUNCHER_COMPONENTS, needs
+from ..projects import SLOWER_STEP_SUBJECT, git, harmless, slower_step, throwaway_project
+from ..workloads import JUDGED_MODEL, TINY_FLAGS
+
+pytestmark = pytest.mark.launch
+CELL = f"ddp-synthetic-{JUDGED_MODEL}-g1"
+FLAGS = ["--launcher", "mpirun", *TINY_FLAGS, "--rounds", "6", "--verify-pairs", "6", "--seed", "7"]
+
+
+def bisect(project: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [str(Path(sys.executable).with_name("dlscale-bisect")), *args]
+    env = dict(os.environ, DLSCALE_CACHE=str(project.parent / "cache"), PYTHONPATH=str(project))
+    return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_names_the_commit_that_slowed_every_step_and_goes_on_after_its_budget(tmp_path):
+    needs(LAUNCHER_COMPONENTS["mpirun"], LAUNCHERS.create("mpirun").unavailable_reason())
+    project = throwaway_project(tmp_path / "project", [(SLOWER_STEP_SUBJECT, slower_step),
+                                                       ("a harmless change", harmless("one"))])
+    culprit = git(project, "rev-parse", "HEAD~1")
+    state_path = project / "results" / "bisect" / f"{CELL}.state.json"
+
+    cut = bisect(project, CELL, "--good", "HEAD~2", *FLAGS, "--max-launches", "13")
+    assert cut.returncode == 3, (cut.stdout + cut.stderr)[-3000:]
+    assert "the budget is spent (12 launches of 13" in cut.stderr
+    assert f"the state is in {state_path.relative_to(project)}: the same command goes on from there" in cut.stderr
+    state = json.loads(state_path.read_text())
+    assert len(state["current"]["rounds"]) == 4 and not state["steps"] and not state["done"]
+
+    done = bisect(project, CELL, "--good", "HEAD~2", *FLAGS)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert f"going on from {state_path.relative_to(project)} (0 step(s), 12 launch(es) done)" in output
+    assert f"culprit {culprit[:10]} {SLOWER_STEP_SUBJECT}: verified against its parent" in output
+    result = json.loads((project / "results" / "bisect" / f"{CELL}.json").read_text())
+    assert [(c["commit"], c["verified"], c["verdict"]) for c in result["culprits"]] == [(culprit, True, "regressed")]
+    # one step: the midpoint (the culprit) runs like the bad end, from 6 rounds of 3 launches (4 before
+    # the budget's cut, 2 after), then 6 pairs against the culprit's parent
+    step, = result["steps"]
+    assert (step["mid"], step["placement"], step["placed_by"], len(step["rounds"])) == (culprit, "like-bad", "test", 6)
+    assert result["launches"] == 30 and result["done"]
+    evidence = step["evidence"]
+    assert evidence["ends"]["kind"] == "regressed" and evidence["ends"]["high"] < 0.8, evidence
+    assert evidence["against_good"]["kind"] == "regressed" and evidence["position"] > 0.7, evidence
+
+
+def test_a_good_end_that_is_not_faster_is_said_with_its_evidence(tmp_path):
+    needs(LAUNCHER_COMPONENTS["mpirun"], LAUNCHERS.create("mpirun").unavailable_reason())
+    project = throwaway_project(tmp_path / "project", [(SLOWER_STEP_SUBJECT, slower_step),
+                                                       ("the steps do their work once again",
+                                                        lambda p: git(p, "revert", "--no-commit", "HEAD"))])
+    done = bisect(project, CELL, "--good", "HEAD~1", *FLAGS)
+    assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
+    assert done.stderr.startswith("dlscale-bisect: the good end is not faster than the bad one: improved, "
+                                  "current/reference "), done.stderr
+
+
+def _without_harness(project: Path) -> None:
+    git(project, "rm", "-r", "-q", "harness")
+
+
+def _harness_back(project: Path) -> None:
+    git(project, "checkout", "HEAD~1", "--", "harness")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    ([CELL, "--good", "no-such-ref"], f"--good no-such-ref: no such commit in "),
+    ([CELL, "--good", "HEAD", "--bad", "HEAD~2"], "--good HEAD is not an ancestor of --bad HEAD~2: no range to bisect"),
+    ([CELL, "--good", "HEAD", "--bad", "HEAD"], "--good HEAD and --bad HEAD are the same commit: nothing to bisect"),
+    (["ddp-synthetic-nosuchnet-g1", "--good", "HEAD~2"], "no cell ddp-synthetic-nosuchnet-g1: "),
+    (["ddp-resnet44", "--good", "HEAD~2"], "'ddp-resnet44' is not a cell id: say <framework>-<loader>-<model>-g<ranks>"),
+    ([CELL, "--good", "HEAD~2"], "no commit between --good "),
+], ids=["unknown-ref", "not-an-ancestor", "same-commit", "unknown-cell", "not-a-cell-id", "no-buildable-midpoint"])
+def test_bad_input_is_one_line_before_any_launch(tmp_path, args, said):
+    project = throwaway_project(tmp_path / "project", [("the harness taken out", _without_harness),
+                                                       ("the harness back", _harness_back)])
+    done = bisect(project, *args, *FLAGS)
+    assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
+    line, = done.stderr.strip().splitlines()
+    assert line.startswith("dlscale-bisect: ") and said in line, line
+    assert not (project / "results" / "bisect" / "cells").exists()  # nothing launched
