@@ -32,7 +32,7 @@ def test_names_the_commit_that_slowed_every_step_and_goes_on_after_its_budget(tm
     needs(LAUNCHER_COMPONENTS["mpirun"], LAUNCHERS.create("mpirun").unavailable_reason())
     project = throwaway_project(tmp_path / "project", [(SLOWER_STEP_SUBJECT, slower_step),
                                                        ("a harmless change", harmless("one"))])
-    culprit = git(project, "rev-parse", "HEAD~1")
+    culprit, parent = git(project, "rev-parse", "HEAD~1"), git(project, "rev-parse", "HEAD~2")
     state_path = project / "results" / "bisect" / f"{CELL}.state.json"
 
     cut = bisect(project, CELL, "--good", "HEAD~2", *FLAGS, "--max-launches", "13")
@@ -46,9 +46,10 @@ def test_names_the_commit_that_slowed_every_step_and_goes_on_after_its_budget(tm
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     assert f"going on from {state_path.relative_to(project)} (0 step(s), 12 launch(es) done)" in output
-    assert f"culprit {culprit[:10]} {SLOWER_STEP_SUBJECT}: verified against its parent" in output
+    assert f"culprit {culprit[:10]} {SLOWER_STEP_SUBJECT}: verified against {parent[:10]} as the checkout is: " \
+           f"regressed, current/reference " in output
     result = json.loads((project / "results" / "bisect" / f"{CELL}.json").read_text())
-    assert [(c["commit"], c["verified"], c["verdict"]) for c in result["culprits"]] == [(culprit, True, "regressed")]
+    assert [(c["point"], c["verified"], c["verdict"]) for c in result["culprits"]] == [(culprit, True, "regressed")]
     # one step: the midpoint (the culprit) runs like the bad end, from 6 rounds of 3 launches (4 before
     # the budget's cut, 2 after), then 6 pairs against the culprit's parent
     step, = result["steps"]
@@ -83,8 +84,8 @@ def _harness_back(project: Path) -> None:
     ([CELL, "--good", "HEAD", "--bad", "HEAD~2"], "--good HEAD is not an ancestor of --bad HEAD~2: no range to bisect"),
     ([CELL, "--good", "HEAD", "--bad", "HEAD"], "--good HEAD and --bad HEAD are the same commit: nothing to bisect"),
     (["ddp-synthetic-nosuchnet-g1", "--good", "HEAD~2"], "no cell ddp-synthetic-nosuchnet-g1: "),
-    (["ddp-resnet44", "--good", "HEAD~2"], "'ddp-resnet44' is not a cell id: say <framework>-<loader>-<model>-g<ranks>"),
-    ([CELL, "--good", "HEAD~2"], "no commit between --good "),
+    (["ddp-resnet44", "--good", "HEAD~2"], "'ddp-resnet44' is not a cell id: say <framework>-<loader>-<model>-g"),
+    ([CELL, "--good", "HEAD~2"], "nothing between --good "),
 ], ids=["unknown-ref", "not-an-ancestor", "same-commit", "unknown-cell", "not-a-cell-id", "no-buildable-midpoint"])
 def test_bad_input_is_one_line_before_any_launch(tmp_path, args, said):
     project = throwaway_project(tmp_path / "project", [("the harness taken out", _without_harness),

@@ -101,11 +101,12 @@ def import_error(python: str, module: str) -> str | None:
 def index_options(env: Mapping[str, str] = os.environ) -> list[str]:
     """pip's index settings as uv's options: ``index-url``, ``extra-index-url``, ``find-links``
     (from ``pip config list``, which has read pip's files and ``PIP_*`` variables). Where a setting
-    came in several scopes, the last one pip lists is the one pip uses."""
+    came in several scopes, a ``PIP_*`` variable (``:env:``, listed first) wins, as in pip; among
+    the files, the last one listed."""
     done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
                           timeout=60, env=dict(env))
     settings: dict[str, str] = {}
-    for line in done.stdout.splitlines():
+    for line in sorted(done.stdout.splitlines(), key=lambda line: line.startswith(":env:")):
         key, _, value = line.partition("=")
         settings[key.rpartition(".")[2]] = value.strip().strip("'\"")
     options = ["--index-strategy", "unsafe-best-match"]  # as pip: the best version from any index

@@ -1,20 +1,25 @@
-"""dlscale-bisect: which commit of the project made a cell slower, with the evidence for each step.
+"""dlscale-bisect: which commit of the project, or which version of a package, made a cell slower,
+with the evidence for each step.
 
     dlscale-bisect CELL --good REF [--bad REF] [the suite's workload and launcher options]
+    dlscale-bisect CELL --good pkg:NAME==A --bad pkg:NAME==B
 
-The commits from ``--good`` (exclusive) to ``--bad`` (inclusive, default HEAD), along the first-parent
-line, are the candidates. Each step launches the range's good end, its midpoint and its bad end in
-rounds, in random order within each round, on the same nodes, and places the midpoint by which end
-it runs like (:mod:`harness.judging.bisection`): 8 rounds, then 16 and 32 while that is unclear. A
-midpoint that cannot be built or whose launches fail is skipped for its neighbour (``git bisect
-skip``); a midpoint between the ends with confidence means two culprits, and both halves are searched.
-At adjacent commits the culprit is verified by an A/B against its parent (:mod:`harness.session.paired`).
+The points are the commits from ``--good`` (exclusive) to ``--bad`` (inclusive, default HEAD) along the
+first-parent line, or every version of the package the indexes hold from A (exclusive) to B
+(inclusive). Each step launches the range's good end, its midpoint and its bad end in rounds, in random
+order within each round, on the same nodes, and places the midpoint by which end it runs like
+(:mod:`harness.judging.bisection`): 8 rounds, then 16 and 32 while that is unclear. A midpoint that
+cannot be built or whose launches fail is skipped for its neighbour (``git bisect skip``); a midpoint
+between the ends with confidence means two culprits, and both halves are searched. At adjacent points
+the culprit is verified by an A/B against its predecessor (:mod:`harness.session.paired`).
 
-Each point's ranks run that commit's ``harness`` package (exported from git, as ``--against git:REF``
-does), under the installed packages. The state is written after every round: a bisect cut short
-(Ctrl-C, its budget, the allocation's end) goes on from where it stopped when started again with
-the same arguments. Exit status: 0 every culprit found and verified, 1 a culprit not confirmed or a
-range left unresolved, 2 bad input, 3 the budget spent (the state kept).
+A commit's ranks run that commit's ``harness`` package (exported from git, as ``--against git:REF``
+does) under the installed packages; a version's ranks run the current harness with that version
+installed over the current environment (as ``--against pkg:NAME==VERSION``). The state is written
+after every round: a bisect cut short (Ctrl-C, its budget, the allocation's end) goes on from where
+it stopped when started again with the same arguments. Exit status: 0 every culprit found and
+verified, 1 a culprit not confirmed or a range left unresolved, 2 bad input, 3 the budget spent (the
+state kept).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import argparse
 import dataclasses
 import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -34,7 +40,7 @@ from harness.config.options import SuiteError, SuiteOptions
 from harness.judging import bisection
 from harness.judging.kinds import PairedKind
 from harness.launch.runner import CellRun
-from harness.machine import references
+from harness.machine import package_sets, references
 from harness.rank.cell import Cell
 from harness.rank.numerics import Numerics
 from harness.session.paired import PairSettings, launch_figure, measure_pairs
@@ -80,6 +86,17 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Point:
+    """One candidate of a bisect: a commit or a package version, as the reference parts that build it."""
+    key: str
+    """The commit's hash, or ``NAME==VERSION``."""
+    short: str
+    """As the progress lines name it: the hash's first ten digits, or the key."""
+    parts: tuple[str, ...]
+    label: str
+
+
 def commits_between(repo: Path, good: str, bad: str) -> list[str]:
     """The good commit, then every commit after it up to the bad one along the first-parent line."""
     ends = []
@@ -97,19 +114,58 @@ def commits_between(repo: Path, good: str, bad: str) -> list[str]:
     return [ends[0], *between]
 
 
-class Bisect:
-    """One bisect of one cell over ``commits`` (good first, bad last), its state in ``state_path``."""
+def commit_points(repo: Path, good: str, bad: str) -> list[Point]:
+    return [Point(key=sha, short=sha[:10], parts=(f"git:{sha}",),
+                  label=f"{sha[:10]} {git(repo, 'log', '-1', '--format=%s', sha)}")
+            for sha in commits_between(repo, good, bad)]
 
-    def __init__(self, suite: Suite, cell: Cell, repo: Path, commits: list[str], settings: Settings,
+
+def index_versions(name: str) -> list[str]:
+    """Every version of ``name`` pip's indexes and find-links hold (``pip index versions``)."""
+    done = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name], capture_output=True, text=True,
+                          timeout=300)
+    listed = next((line for line in done.stdout.splitlines() if line.startswith("Available versions:")), None)
+    if done.returncode != 0 or listed is None:
+        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise BisectError(f"the indexes list no versions of {name}: {said}")
+    return [version.strip() for version in listed.partition(":")[2].split(",") if version.strip()]
+
+
+def version_points(good: str, bad: str, listed: Sequence[str] | None = None) -> list[Point]:
+    """``pkg:NAME==A`` and ``pkg:NAME==B``: A, then every version the indexes hold after it up to B."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        (name, low), (other, high) = (package_sets.parse_pin(pin.removeprefix("pkg:")) for pin in (good, bad))
+    except package_sets.PackageSetError as error:
+        raise BisectError(str(error)) from None
+    if name != other:
+        raise BisectError(f"--good {good} and --bad {bad} name two packages: bisect one package's versions")
+    try:
+        if Version(low) >= Version(high):
+            raise BisectError(f"--good {good} is not older than --bad {bad}: no range to bisect")
+        versions = sorted({v for v in (listed if listed is not None else index_versions(name))
+                           if Version(low) < Version(v) <= Version(high)} | {high}, key=Version)
+    except InvalidVersion as error:
+        raise BisectError(f"{name}: {error}") from None
+    return [Point(key=f"{name}=={v}", short=f"{name}=={v}", parts=(f"pkg:{name}=={v}",), label=f"{name} {v}")
+            for v in (low, *versions)]
+
+
+class Bisect:
+    """One bisect of one cell over ``points`` (good first, bad last), its state in ``state_path``."""
+
+    def __init__(self, suite: Suite, cell: Cell, repo: Path, points: list[Point], settings: Settings,
                  state_path: Path, *, seed: int | None = None, say: Callable[[str], None] = print):
-        self.suite, self.cell, self.repo, self.commits, self.settings = suite, cell, repo, commits, settings
+        self.suite, self.cell, self.repo, self.points, self.settings = suite, cell, repo, points, settings
+        self.keys = [point.key for point in points]
         self.state_path, self.say = state_path, say
         self.rng = random.Random(seed)
         self.environments: dict[int, references.Environment] = {}
         self.started = time.monotonic()
         self.state = self._load_state() or {
-            "version": STATE_VERSION, "cell": cell.id, "repo": str(repo), "commits": commits,
-            "pending": [[0, len(commits) - 1]], "current": None, "steps": [], "culprits": [], "unresolved": [],
+            "version": STATE_VERSION, "cell": cell.id, "repo": str(repo), "points": self.keys,
+            "pending": [[0, len(points) - 1]], "current": None, "steps": [], "culprits": [], "unresolved": [],
             "launches": 0, "spent_s": 0.0, "done": False}
         self._spent_before = self.state["spent_s"]
 
@@ -122,9 +178,9 @@ class Bisect:
         except (OSError, ValueError) as error:
             raise BisectError(f"the state file {self.state_path} cannot be read ({error}): remove it to start "
                               f"afresh") from None
-        if state.get("cell") != self.cell.id or state.get("commits") != self.commits:
+        if state.get("cell") != self.cell.id or state.get("points") != self.keys:
             raise BisectError(f"the state file {self.state_path} is another bisect's ({state.get('cell')}, "
-                              f"{len(state.get('commits') or [])} commits): name another --state")
+                              f"{len(state.get('points') or [])} points): name another --state")
         self.say(f"dlscale-bisect: going on from {self.state_path} ({len(state['steps'])} step(s), "
                  f"{state['launches']} launch(es) done)")
         return state
@@ -143,18 +199,18 @@ class Bisect:
 
     # -- the points ----------------------------------------------------------------------------
     def label(self, index: int) -> str:
-        sha = self.commits[index]
-        return f"{sha[:10]} {git(self.repo, 'log', '-1', '--format=%s', sha)}"
+        return self.points[index].label
 
     def environment(self, index: int) -> references.Environment:
         if index not in self.environments:
-            self.environments[index] = references.build([f"git:{self.commits[index]}"],
-                                                        self.suite.current_environment, repo=self.repo)
+            self.environments[index] = references.build(self.points[index].parts, self.suite.current_environment,
+                                                        repo=self.repo)
         return self.environments[index]
 
     def launch(self, index: int) -> CellRun:
         self._charge(1)
-        run = self.suite.launch_in(self.cell, self.environment(index), f"bisect-{self.commits[index][:10]}")
+        place = "bisect-" + re.sub(r"[^\w.=-]", "_", self.keys[index][:40])
+        run = self.suite.launch_in(self.cell, self.environment(index), place)
         self.state["launches"] += 1
         return run
 
@@ -190,11 +246,11 @@ class Bisect:
                 continue
             self._finish(step, low, mid, high, placement)
             return
-        skipped = "; ".join(f"{s['commit'][:10]} {s['why']}" for s in step["skipped"])
-        if (low, high) == (0, len(self.commits) - 1):
-            raise BisectError(f"no commit between --good {self.commits[low][:10]} and --bad {self.commits[high][:10]} "
-                              f"could be built and run as a midpoint ({skipped})")
-        self.state["unresolved"].append({"range": [self.commits[low], self.commits[high]],
+        skipped = "; ".join(f"{s['point']} {s['why']}" for s in step["skipped"])
+        if (low, high) == (0, len(self.points) - 1):
+            raise BisectError(f"nothing between --good {self.label(low)} and --bad {self.label(high)} could be "
+                              f"built and run as a midpoint ({skipped})")
+        self.state["unresolved"].append({"range": [self.keys[low], self.keys[high]],
                                          "why": "no midpoint in the range could be built and run",
                                          "skipped": step["skipped"]})
         self.say(f"  {self.label(low)} .. {self.label(high)}: no midpoint could be built and run; left unresolved")
@@ -203,7 +259,7 @@ class Bisect:
 
     def _skip(self, step: dict, why: str) -> None:
         mid = step["candidates"].pop(0)
-        step["skipped"].append({"commit": self.commits[mid], "why": why})
+        step["skipped"].append({"point": self.keys[mid], "why": why})
         step["rounds"], step["failed"] = [], []
         self.say(f"  skipped {self.label(mid)}: {why}")
         self._save()
@@ -212,7 +268,7 @@ class Bisect:
         """Rounds of the three points until the midpoint's place is clear or the most rounds are in;
         None where the midpoint's launches failed in most rounds."""
         points = {"good": low, "mid": mid, "bad": high}
-        first_step = (low, high) == (0, len(self.commits) - 1)
+        first_step = (low, high) == (0, len(self.points) - 1)
         target = self.settings.rounds
         while True:
             for order in bisection.round_orders(target - len(step["rounds"]), self.rng):
@@ -243,7 +299,7 @@ class Bisect:
             target = min(2 * target, self.settings.max_rounds)
 
     def _finish(self, step: dict, low: int, mid: int, high: int, placement: bisection.Placement) -> None:
-        if (low, high) == (0, len(self.commits) - 1) and placement.ends.kind != PairedKind.REGRESSED:
+        if (low, high) == (0, len(self.points) - 1) and placement.ends.kind != PairedKind.REGRESSED:
             raise BisectError(f"the good end is not faster than the bad one: bad/good "
                               f"{placement.ends.ratio.value:.3f} [{placement.ends.ratio.low:.3f}, "
                               f"{placement.ends.ratio.high:.3f}] over {placement.ends.pairs} rounds "
@@ -254,7 +310,7 @@ class Bisect:
         halves = {bisection.LIKE_GOOD: [[mid, high]], bisection.LIKE_BAD: [[low, mid]],
                   bisection.BETWEEN: [[mid, high], [low, mid]]}[kind]
         self.state["pending"] += halves
-        record = {"range": [self.commits[low], self.commits[high]], "mid": self.commits[mid], "placement": kind,
+        record = {"range": [self.keys[low], self.keys[high]], "mid": self.keys[mid], "placement": kind,
                   "placed_by": placed_by, "evidence": placement.to_json(), "rounds": step["rounds"],
                   "failed": step["failed"], "skipped": step["skipped"]}
         self.state["steps"].append(record)
@@ -262,12 +318,12 @@ class Bisect:
         self._save()
         two = "; two culprits: searching both halves" if kind == bisection.BETWEEN else ""
         low_confidence = " (placed by its position alone: the tests stayed unclear)" if placed_by == "position" else ""
-        self.say(f"step {len(self.state['steps'])}: {high - low - 1} commit(s) between "
-                 f"{self.commits[low][:10]} and {self.commits[high][:10]}; midpoint {self.label(mid)}: {kind}"
+        self.say(f"step {len(self.state['steps'])}: {high - low - 1} point(s) between "
+                 f"{self.points[low].short} and {self.points[high].short}; midpoint {self.label(mid)}: {kind}"
                  f"{low_confidence}{two}\n  {placement.message}; {self.state['launches']} launches so far")
 
     def _verify(self, culprit: int) -> None:
-        """The culprit against its parent, as an A/B of pairs."""
+        """The culprit against the point before it (its parent commit, the version before), as an A/B of pairs."""
         parent = culprit - 1
         sides = {"reference": parent, "current": culprit}
         self._charge(2 * self.settings.verify_pairs)
@@ -277,23 +333,24 @@ class Bisect:
                                seed=self.rng.randrange(2 ** 32))
         verified = paired.verdict is not None and paired.verdict.kind == PairedKind.REGRESSED
         evidence = paired.verdict.message if paired.verdict else paired.error
-        if not verified and (parent, culprit) == (0, len(self.commits) - 1):
+        if not verified and (parent, culprit) == (0, len(self.points) - 1):
             raise BisectError(f"the good end is not faster than the bad one: {paired.verdict_kind}, {evidence}")
-        self.state["culprits"].append({"commit": self.commits[culprit], "parent": self.commits[parent],
-                                       "subject": git(self.repo, "log", "-1", "--format=%s", self.commits[culprit]),
+        self.state["culprits"].append({"point": self.keys[culprit], "parent": self.keys[parent],
+                                       "label": self.label(culprit),
                                        "verified": verified, "verdict": paired.verdict_kind, "evidence": evidence,
                                        "pairs": [dataclasses.asdict(pair) for pair in paired.pairs]})
         self.state["pending"].pop()
         self._save()
-        self.say(f"culprit {self.label(culprit)}: {'verified' if verified else 'NOT confirmed'} against its "
-                 f"parent {self.commits[parent][:10]}: {paired.verdict_kind}, {evidence}")
+        self.say(f"culprit {self.label(culprit)}: {'verified' if verified else 'NOT confirmed'} against "
+                 f"{self.label(parent)}: {paired.verdict_kind}, {evidence}")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dlscale-bisect", description=__doc__.split("\n\n")[0])
     parser.add_argument("cell", help="the cell, as the suite names it (e.g. ddp-synthetic-resnet44-g1)")
-    parser.add_argument("--good", required=True, help="a commit where the cell ran fast")
-    parser.add_argument("--bad", default="HEAD", help="a later commit where it runs slower (default %(default)s)")
+    parser.add_argument("--good", required=True, help="a commit where the cell ran fast, or pkg:NAME==VERSION")
+    parser.add_argument("--bad", default="HEAD",
+                        help="a later commit where it runs slower (default %(default)s), or pkg:NAME==VERSION")
     parser.add_argument("--repo", type=Path, default=HARNESS_SOURCE.parent,
                         help="the project's git checkout (default: the one this harness comes from)")
     suite = parser.add_argument_group("the launches (as the suite's options of the same names)")
@@ -312,7 +369,8 @@ def _parser() -> argparse.ArgumentParser:
     steps.add_argument("--min-effect", type=float, default=Settings.min_effect,
                        help="smallest change that counts (relative throughput, default %(default)s)")
     steps.add_argument("--verify-pairs", type=int, default=Settings.verify_pairs,
-                       help="pairs of the culprit's A/B against its parent, doubled while unclear (default %(default)s)")
+                       help="pairs of the culprit's A/B against the point before it, doubled while unclear "
+                            "(default %(default)s)")
     steps.add_argument("--max-launches", type=int, default=Settings.max_launches, help="default %(default)s")
     steps.add_argument("--max-time", type=float, default=Settings.max_seconds, help="seconds (default %(default)s)")
     steps.add_argument("--seed", type=int)
@@ -323,13 +381,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def report(state: dict) -> str:
-    lines = [f"dlscale-bisect {state['cell']}: {len(state['commits']) - 1} commit(s), {len(state['steps'])} step(s), "
+    lines = [f"dlscale-bisect {state['cell']}: {len(state['points']) - 1} point(s), {len(state['steps'])} step(s), "
              f"{state['launches']} launches, {state['spent_s']:.0f} s"]
     for culprit in state["culprits"]:
-        lines.append(f"  culprit {culprit['commit'][:10]} {culprit['subject']}: "
+        lines.append(f"  culprit {culprit['label']}: "
                      f"{'verified' if culprit['verified'] else 'not confirmed'} ({culprit['evidence']})")
     for left in state["unresolved"]:
-        lines.append(f"  unresolved {left['range'][0][:10]}..{left['range'][1][:10]}: {left['why']}")
+        lines.append(f"  unresolved {left['range'][0]}..{left['range'][1]}: {left['why']}")
     return "\n".join(lines)
 
 
@@ -346,7 +404,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     state_path = args.state or Path("results") / "bisect" / f"{args.cell}.state.json"
     json_path = args.json or Path("results") / "bisect" / f"{args.cell}.json"
     try:
-        commits = commits_between(args.repo, args.good, args.bad)
+        if args.good.startswith("pkg:") or args.bad.startswith("pkg:"):
+            points = version_points(args.good, args.bad)
+        else:
+            points = commit_points(args.repo, args.good, args.bad)
         try:
             suite = Suite(SuiteOptions(
                 launcher=args.launcher, **cell_options(args.cell), profile=args.profile, device=args.device,
@@ -363,9 +424,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if reason := suite.skip_reason(cell):
             raise BisectError(f"{cell.id} cannot run here: {reason}")
         suite.prepare()
-        print(f"dlscale-bisect {cell.id}: {len(commits) - 1} commit(s) after {commits[0][:10]} up to "
-              f"{commits[-1][:10]}, launcher {suite.launcher.name}", flush=True)
-        bisect = Bisect(suite, cell, args.repo, commits, settings, state_path, seed=args.seed,
+        print(f"dlscale-bisect {cell.id}: {len(points) - 1} point(s) after {points[0].label} up to "
+              f"{points[-1].label}, launcher {suite.launcher.name}", flush=True)
+        bisect = Bisect(suite, cell, args.repo, points, settings, state_path, seed=args.seed,
                         say=lambda line: print(line, flush=True))
         state = bisect.run()
     except (BisectError, SuiteError, references.ReferenceError) as error:

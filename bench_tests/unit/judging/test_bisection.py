@@ -48,7 +48,8 @@ def test_position_is_zero_at_the_good_end_one_at_the_bad_end():
 
 
 def test_a_rounds_pair_order_is_which_of_the_two_launched_first():
-    rounds_ = [Round(order="mid,good,bad", good=100, mid=90, bad=80), Round(order="good,bad,mid", good=100, mid=90, bad=80)]
+    rounds_ = [Round(order="mid,good,bad", good=100, mid=90, bad=80),
+               Round(order="good,bad,mid", good=100, mid=90, bad=80)]
     assert [p.order for p in pairs_of(rounds_, "good", "mid")] == ["current-first", "reference-first"]
     assert [(p.reference, p.current) for p in pairs_of(rounds_, "bad", "mid")] == [(80, 90), (80, 90)]
 

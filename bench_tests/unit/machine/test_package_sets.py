@@ -5,11 +5,12 @@ with nothing left behind."""
 import dataclasses
 import importlib.metadata
 import importlib.util
+import os
 import subprocess
 
 import pytest
 
-from harness.machine import references
+from harness.machine import package_sets, references
 from harness.machine.package_sets import COMPLETE, PackageSetError, overlay
 from harness.machine.provenance import installed_packages
 from harness.session.preflight import cannot_start_in
@@ -65,3 +66,9 @@ def test_a_cell_whose_ranks_cannot_start_in_the_package_set_is_refused_before_an
         "the tensorflow runtime's")
     broken = dataclasses.replace(reference, python="/bin/false")
     assert cannot_start_in(broken, "ddp") == "the reference environment (/bin/false) cannot import torch: exit 1"
+
+
+def test_a_pip_variable_wins_over_pips_files_as_in_pip():
+    options = package_sets.index_options(dict(os.environ, PIP_FIND_LINKS="/tmp/dlscale-wheels-a /tmp/dlscale-wheels-b"))
+    links = [options[i + 1] for i, option in enumerate(options) if option == "--find-links"]
+    assert links == ["/tmp/dlscale-wheels-a", "/tmp/dlscale-wheels-b"], options

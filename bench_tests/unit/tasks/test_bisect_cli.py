@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from harness.rank.cell import Cell
-from harness.tasks.bisect import Bisect, BisectError, Settings, cell_options, commits_between
+from harness.tasks.bisect import Bisect, BisectError, Point, Settings, cell_options, commits_between, version_points
 
 
 def test_a_cell_id_selects_its_framework_loader_model_ranks_and_numerics():
@@ -47,12 +47,25 @@ def test_a_range_is_the_good_commit_then_each_one_after_it_up_to_the_bad_one(rep
 def test_a_state_file_of_another_bisect_is_refused_not_overwritten(repo, tmp_path):
     path, shas = repo
     state = tmp_path / "state.json"
-    state.write_text(json.dumps({"cell": "ddp-synthetic-resnet20-g1", "commits": shas}))
+    points = [Point(key=sha, short=sha[:10], parts=(f"git:{sha}",), label=sha) for sha in shas]
+    cell = Cell(framework="ddp", loader="synthetic", model="resnet44", ranks=1)
+    state.write_text(json.dumps({"cell": "ddp-synthetic-resnet20-g1", "points": shas}))
     with pytest.raises(BisectError, match="is another bisect's"):
-        Bisect(None, Cell(framework="ddp", loader="synthetic", model="resnet44", ranks=1), path, shas, Settings(),
-               state)
+        Bisect(None, cell, path, points, Settings(), state)
     state.write_text("{not json")
     with pytest.raises(BisectError, match="cannot be read"):
-        Bisect(None, Cell(framework="ddp", loader="synthetic", model="resnet44", ranks=1), path, shas, Settings(),
-               state)
+        Bisect(None, cell, path, points, Settings(), state)
     assert state.read_text() == "{not json"
+
+
+def test_a_version_range_is_every_listed_version_after_the_good_one_up_to_the_bad_one():
+    listed = ["2.4.6", "2.4.0", "2.3.5", "2.2.6", "2.10.0", "2.1.3", "1.26.4"]
+    points = version_points("pkg:numpy==2.1.3", "pkg:numpy==2.4.6", listed)
+    assert [p.key for p in points] == ["numpy==2.1.3", "numpy==2.2.6", "numpy==2.3.5", "numpy==2.4.0", "numpy==2.4.6"]
+    assert points[1].parts == ("pkg:numpy==2.2.6",) and points[1].label == "numpy 2.2.6"
+    with pytest.raises(BisectError, match="name two packages"):
+        version_points("pkg:numpy==2.1.3", "pkg:scipy==1.0", listed)
+    with pytest.raises(BisectError, match="is not older than"):
+        version_points("pkg:numpy==2.4.6", "pkg:numpy==2.1.3", listed)
+    with pytest.raises(BisectError, match="exact version"):
+        version_points("pkg:numpy", "pkg:numpy==2.1.3", listed)

@@ -1,0 +1,147 @@
+"""The bisect's proofs, opt-in (DLSCALE_BENCHMARKS=1; each takes 5-40 min on two cores), through a
+real launcher (mpirun, DLSCALE_AA_LAUNCHER) on the A/B benchmarks' cell:
+
+- across commits: a throwaway project of 16 commits, one of which (or two) adds real work to every
+  training step (forward and backward once more on one image of the batch of 16), among harmless
+  commits; the bisect must name that commit (or both) and verify each against its parent;
+- across package versions: six versions of a package the test builds as real wheels and installs
+  with uv (``dlscale-stepload``, imported by every Python process of its environment at start-up; from
+  1.3.0 on it starts a thread that takes about a tenth of a core, as a package that began to poll in
+  the background would); the bisect must name 1.3.0.
+
+Each prints the steps with their evidence and the launches spent.
+
+    DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_bisect_proofs.py -s
+
+DLSCALE_BISECT_CULPRITS picks the culprits' places among the 16 commits (default 11 for one, 5,12
+for two)."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench_tests.benchmarks.ab_common import CELL_FLAGS, LAUNCHER, only_when_asked  # noqa: F401 (a fixture)
+from bench_tests.projects import STEP, git, harmless, throwaway_project
+from bench_tests.workloads import JUDGED_MODEL
+
+CELL = f"ddp-synthetic-{JUDGED_MODEL}-g1"
+COMMITS = 16
+EXTRA_WORK = STEP + "            adapter.forward_backward(images[:1], labels[:1])\n"
+EXTRA_SUBJECT = "every step also trains on one image of its batch once more"
+
+
+def _more_work(project: Path) -> None:
+    """About 10% more real work per step: where an earlier culprit added it already, after that."""
+    loop = project / "harness" / "rank" / "trainloop.py"
+    text = loop.read_text()
+    anchor = STEP if EXTRA_WORK not in text else EXTRA_WORK
+    loop.write_text(text.replace(anchor, anchor + EXTRA_WORK[len(STEP):], 1))
+
+
+def _project(tmp_path: Path, culprits: list[int]) -> Path:
+    changes = [(f"{EXTRA_SUBJECT} ({n})", _more_work) if n in culprits else (f"harmless change {n}", harmless(str(n)))
+               for n in range(1, COMMITS + 1)]
+    return throwaway_project(tmp_path / "project", changes)
+
+
+def _culprits(default: str) -> list[int]:
+    return [int(n) for n in os.environ.get("DLSCALE_BISECT_CULPRITS", default).split(",")]
+
+
+def _workload_flags() -> list[str]:
+    """The A/B benchmarks' cell flags less the matrix options the cell id already names."""
+    matrix = {"--frameworks", "--loaders", "--models", "--gpus"}
+    return [flag for i, flag in enumerate(CELL_FLAGS)
+            if flag not in matrix and (i == 0 or CELL_FLAGS[i - 1] not in matrix)]
+
+
+def _bisect(project: Path) -> tuple[subprocess.CompletedProcess, dict, float]:
+    command = [str(Path(sys.executable).with_name("dlscale-bisect")), CELL, "--good", f"HEAD~{COMMITS}",
+               "--launcher", LAUNCHER, *_workload_flags()]
+    env = dict(os.environ, DLSCALE_CACHE=str(project.parent / "cache"), PYTHONPATH=str(project))
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=4 * 3600)
+    print(done.stdout, done.stderr, sep="\n")
+    result_path = project / "results" / "bisect" / f"{CELL}.json"
+    result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    return done, result, time.monotonic() - started
+
+
+@pytest.mark.parametrize("default", ["11", "5,12"], ids=["one-culprit", "two-culprits"])
+def test_the_bisect_names_every_commit_that_added_work_to_the_step(tmp_path, default):
+    culprits = _culprits(default)
+    project = _project(tmp_path, culprits)
+    expected = [git(project, "rev-parse", f"HEAD~{COMMITS - n}") for n in culprits]
+    done, result, wall_s = _bisect(project)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    print(f"{len(result['steps'])} steps, {result['launches']} launches, {wall_s:.0f} s; machine: "
+          f"{os.uname().nodename}, {os.cpu_count()} cores")
+    assert sorted(c["point"] for c in result["culprits"]) == sorted(expected)
+    assert all(c["verified"] for c in result["culprits"])
+
+
+PROBE = "dlscale-stepload"
+PROBE_VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0"]
+PROBE_SLOW_FROM = "1.3.0"
+PROBE_WORK = """import threading, time
+
+def _work():
+    while True:  # about a tenth of a core: 4 ms of Python work in every 40
+        started = time.perf_counter()
+        while time.perf_counter() - started < 0.004:
+            sum(range(1000))
+        time.sleep(0.036)
+
+threading.Thread(target=_work, name="stepload", daemon=True).start()
+"""
+
+
+def _wheel(directory: Path, version: str, slow: bool) -> Path:
+    """A real wheel of ``dlscale-stepload``: a module every Python process of its environment imports
+    at start-up (through a .pth file); from 1.3.0 on it starts a thread that takes about a tenth of a
+    core, as a package that began to poll or log in the background would."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"dlscale_stepload-{version}"
+    files = {
+        "dlscale_stepload.py": PROBE_WORK if slow else "",
+        "dlscale_stepload.pth": "import dlscale_stepload\n",
+        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {PROBE}\nVersion: {version}\n",
+        f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: dlscale-test\nRoot-Is-Purelib: true\n"
+                                   "Tag: py3-none-any\n",
+    }
+    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(text.encode())}" for name, text in files.items()]
+    files[f"{dist}.dist-info/RECORD"] = "\n".join(record + [f"{dist}.dist-info/RECORD,,"]) + "\n"
+    path = directory / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+    return path
+
+
+def test_the_bisect_names_the_package_version_that_slowed_the_step(tmp_path):
+    from packaging.version import Version
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for version in PROBE_VERSIONS:
+        _wheel(wheels, version, slow=Version(version) >= Version(PROBE_SLOW_FROM))
+    links = " ".join(filter(None, [os.environ.get("PIP_FIND_LINKS"), str(wheels)]))
+    command = [str(Path(sys.executable).with_name("dlscale-bisect")), CELL,
+               "--good", f"pkg:{PROBE}=={PROBE_VERSIONS[0]}", "--bad", f"pkg:{PROBE}=={PROBE_VERSIONS[-1]}",
+               "--launcher", LAUNCHER, *_workload_flags()]
+    env = dict(os.environ, DLSCALE_CACHE=str(tmp_path / "cache"), PIP_FIND_LINKS=links)
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=4 * 3600)
+    print(done.stdout, done.stderr, sep="\n")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    result = json.loads((tmp_path / "results" / "bisect" / f"{CELL}.json").read_text())
+    print(f"{len(result['steps'])} steps, {result['launches']} launches, {time.monotonic() - started:.0f} s")
+    assert [(c["point"], c["verified"]) for c in result["culprits"]] == [(f"{PROBE}=={PROBE_SLOW_FROM}", True)]
