@@ -65,7 +65,7 @@ def default_cache() -> Path:
 
 def current(launch_environment: Mapping[str, str], repo: Path = HARNESS_SOURCE.parent) -> Environment:
     return Environment(label="current", source=HARNESS_SOURCE.parent, launch_environment=dict(launch_environment),
-                       commit=_commit_of(repo, "HEAD"))
+                       commit=commit_of(repo, "HEAD"))
 
 
 def build(parts: Sequence[str], base: Environment, *, repo: Path = HARNESS_SOURCE.parent,
@@ -78,7 +78,7 @@ def build(parts: Sequence[str], base: Environment, *, repo: Path = HARNESS_SOURC
     for part in parts:
         kind, _, value = part.partition(":")
         if kind == "git" and value:
-            commit = _commit_of(repo, value)
+            commit = commit_of(repo, value)
             if commit is None:
                 raise ReferenceError(f"--against git:{value}: no such commit in {repo}")
             source = _exported(repo, commit, cache or default_cache())
@@ -170,7 +170,8 @@ def _git(repo: Path, *args: str) -> str:
     return done.stdout if done.returncode == 0 else ""
 
 
-def _commit_of(repo: Path, ref: str) -> str | None:
+def commit_of(repo: Path, ref: str) -> str | None:
+    """The commit ``ref`` names in ``repo``; None where it names none (or git is missing)."""
     if shutil.which("git") is None:
         return None
     return _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip() or None

@@ -101,11 +101,10 @@ def commits_between(repo: Path, good: str, bad: str) -> list[str]:
     """The good commit, then every commit after it up to the bad one along the first-parent line."""
     ends = []
     for name, ref in (("--good", good), ("--bad", bad)):
-        done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                              capture_output=True, text=True, timeout=60)
-        if done.returncode != 0:
+        commit = references.commit_of(repo, ref)
+        if commit is None:
             raise BisectError(f"{name} {ref}: no such commit in {repo}")
-        ends.append(done.stdout.strip())
+        ends.append(commit)
     if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", *ends], timeout=60).returncode != 0:
         raise BisectError(f"--good {good} is not an ancestor of --bad {bad}: no range to bisect")
     between = git(repo, "rev-list", "--first-parent", "--reverse", f"{ends[0]}..{ends[1]}").split()
