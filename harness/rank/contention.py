@@ -22,19 +22,39 @@ from pathlib import Path
 from typing import Collection, Mapping, Sequence
 
 
-def runqueue_wait_s(pid: int | str = "self") -> float | None:
-    """Seconds all threads of process ``pid`` have waited on a run queue so far; ``None`` where the
-    kernel does not keep schedstat (then there is nothing to say, rather than a zero)."""
-    total = 0
+def runqueue_waits(pid: int | str = "self") -> dict[str, int] | None:
+    """Nanoseconds each thread of process ``pid`` has waited on a run queue so far, by thread id;
+    ``None`` where the kernel does not keep schedstat (then there is nothing to say, rather than a
+    zero)."""
+    waits = {}
     try:
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:
-                total += int((task / "schedstat").read_text().split()[1])
+                waits[task.name] = int((task / "schedstat").read_text().split()[1])
             except FileNotFoundError:
                 continue  # the thread ended while we read
     except (OSError, ValueError, IndexError):
         return None
-    return total / 1e9
+    return waits
+
+
+class RunQueueWait:
+    """Seconds this process's threads waited on a run queue since the last reading, thread by
+    thread: a thread that ended in between loses only its wait since the last reading, where a
+    difference of process-wide sums would lose its whole count and could read below zero (the
+    silence watchdog of :mod:`harness.rank.stacks` is such a thread, restarted at each progress
+    report); a thread started in between counts from its start."""
+
+    def __init__(self, pid: int | str = "self"):
+        self.pid = pid
+        self.last = runqueue_waits(pid)
+
+    def read(self) -> float | None:
+        now = runqueue_waits(self.pid)
+        before, self.last = self.last, now
+        if now is None or before is None:
+            return None
+        return sum(ns - before.get(tid, 0) for tid, ns in now.items()) / 1e9
 
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")

@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Collection, Iterable, Iterator
 
 from harness.rank.clocks import HostClock, StepClock, Sync
-from harness.rank.contention import OutsideWork, runqueue_wait_s
+from harness.rank.contention import OutsideWork, RunQueueWait
 from harness.rank.frameworks.base import FrameworkAdapter, LossFn
 
 if TYPE_CHECKING:  # the loop itself runs in every runtime, torch's or not
@@ -138,7 +138,7 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
     cpu_waits: list[float] = []
     outside: list[float | None] = []
     outside_work = None
-    waited = None
+    run_queue = None
     images_seen = 0
     batch = None
     for phase, count in (("warmup", warmup_steps), ("timed", steps)):
@@ -147,7 +147,7 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
                 probes += run_probes(probe, batch, probe_steps, sync)
             adapter.barrier()  # every rank starts the timed window together
             adapter.window_starts()
-            waited = runqueue_wait_s()
+            run_queue = RunQueueWait()
             outside_work = OutsideWork(own_cores) if own_cores else None
             window_start = time.perf_counter()
         for index in range(count):
@@ -159,12 +159,13 @@ def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, st
             adapter.optimizer_step()
             clock.mark()  # the update's kernels (and, for ZeRO, its parameter gather)
             if phase == "timed":
-                if waited is not None:
-                    before, waited = waited, runqueue_wait_s()
+                if run_queue is not None:
+                    waited = run_queue.read()
                     if waited is None:
                         cpu_waits.clear()  # schedstat went away: record nothing rather than a part
+                        run_queue = None
                     else:
-                        cpu_waits.append(waited - before)
+                        cpu_waits.append(waited)
                 if outside_work is not None:
                     outside.append(outside_work.read())
             data_wait, compute, update = clock.finish()

@@ -29,8 +29,9 @@ from harness.rank.stacks import StackDumps
 
 
 class ProgressFile:
-    """Heartbeat and progress for the runner: rewritten at most every ``interval`` seconds, each
-    write told to ``on_write``."""
+    """Heartbeat and progress for the runner: rewritten at most every ``interval`` seconds, and at a
+    phase's first and last step whatever the interval (a rank that enters its timed steps says so
+    at once, even when the step after hangs), each write told to ``on_write``."""
 
     def __init__(self, path: Path, rank: int, interval: float = 1.0, on_write: Callable[[], None] = lambda: None):
         self.path = path
@@ -38,12 +39,13 @@ class ProgressFile:
         self.interval = interval
         self.on_write = on_write
         self.last_write = 0.0
+        self.last_phase: str | None = None
 
     def __call__(self, phase: str, step: int, of: int) -> None:
         now = time.time()
-        if now - self.last_write >= self.interval or step == of:
+        if now - self.last_write >= self.interval or step == of or phase != self.last_phase:
             write_json_atomic(self.path, {"rank": self.rank, "phase": phase, "step": step, "of": of, "time": now})
-            self.last_write = now
+            self.last_write, self.last_phase = now, phase
             self.on_write()
 
 
