@@ -1,13 +1,16 @@
 """The bisect's proofs, opt-in (DLSCALE_BENCHMARKS=1; each takes 5-40 min on two cores), through a
 real launcher (mpirun, DLSCALE_AA_LAUNCHER) on the A/B benchmarks' cell:
 
-- across commits: a throwaway project of 16 commits, one of which (or two) adds real work to every
-  training step (forward and backward once more on one image of the batch of 16), among harmless
-  commits; the bisect must name that commit (or both) and verify each against its parent;
+- across commits: a throwaway project of 16 commits, one of which (or two) adds real work to the
+  training steps (forward and backward once more on one image of the batch of 16, every other step:
+  about 10% here), among harmless commits; the bisect must name that commit (or both) and verify each against its parent;
 - across package versions: six versions of a package the test builds as real wheels and installs
   with uv (``dlscale-stepload``, imported by every Python process of its environment at start-up; from
   1.3.0 on it starts a thread that takes about a tenth of a core, as a package that began to poll in
-  the background would); the bisect must name 1.3.0.
+  the background would); the bisect must name 1.3.0;
+- across packages: two package sets that differ in that package (1.0.0 and 1.5.0) and in another
+  one the ranks import as well, whose new version changes nothing (``dlscale-quiet`` 1.0.0 and
+  2.0.0); the bisect must name ``dlscale-stepload``, then 1.3.0.
 
 Each prints the steps with their evidence and the launches spent.
 
@@ -30,12 +33,12 @@ from bench_tests.workloads import JUDGED_MODEL
 
 CELL = f"ddp-synthetic-{JUDGED_MODEL}-g1"
 COMMITS = 16
-EXTRA_WORK = STEP + "            adapter.forward_backward(images[:1], labels[:1])\n"
-EXTRA_SUBJECT = "every step also trains on one image of its batch once more"
+EXTRA_WORK = STEP + "            if index % 2:\n                adapter.forward_backward(images[:1], labels[:1])\n"
+EXTRA_SUBJECT = "every other step also trains on one image of its batch once more"
 
 
 def _more_work(project: Path) -> None:
-    """About 10% more real work per step: where an earlier culprit added it already, after that."""
+    """About 10% more real work per step, on average: where an earlier culprit added it already, after that."""
     loop = project / "harness" / "rank" / "trainloop.py"
     text = loop.read_text()
     anchor = STEP if EXTRA_WORK not in text else EXTRA_WORK
@@ -59,16 +62,21 @@ def _workload_flags() -> list[str]:
             if flag not in matrix and (i == 0 or CELL_FLAGS[i - 1] not in matrix)]
 
 
-def _bisect(project: Path) -> tuple[subprocess.CompletedProcess, dict, float]:
-    command = [str(Path(sys.executable).with_name("dlscale-bisect")), CELL, "--good", f"HEAD~{COMMITS}",
-               "--launcher", LAUNCHER, *_workload_flags()]
-    env = dict(os.environ, DLSCALE_CACHE=str(project.parent / "cache"), PYTHONPATH=str(project))
+def _bisect(cwd: Path, *ends: str, **env: str) -> tuple[subprocess.CompletedProcess, dict, float]:
+    """``dlscale-bisect`` of the cell between ``ends`` (its --good and --bad options), run in ``cwd``
+    with a cache of its own beside it: its output, its result and its wall time."""
+    command = [str(Path(sys.executable).with_name("dlscale-bisect")), CELL, *ends, "--launcher", LAUNCHER,
+               *_workload_flags()]
     started = time.monotonic()
-    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=4 * 3600)
+    done = subprocess.run(command, cwd=cwd, env=dict(os.environ, DLSCALE_CACHE=str(cwd.with_name(cwd.name + "-cache")), **env),
+                          capture_output=True, text=True, timeout=4 * 3600)
     print(done.stdout, done.stderr, sep="\n")
-    result_path = project / "results" / "bisect" / f"{CELL}.json"
+    result_path = cwd / "results" / "bisect" / f"{CELL}.json"
     result = json.loads(result_path.read_text()) if result_path.is_file() else {}
-    return done, result, time.monotonic() - started
+    wall_s = time.monotonic() - started
+    print(f"{len(result.get('steps') or [])} steps, {result.get('launches')} launches, {wall_s:.0f} s; machine: "
+          f"{os.uname().nodename}, {os.cpu_count()} cores")
+    return done, result, wall_s
 
 
 @pytest.mark.parametrize("default", ["11", "5,12"], ids=["one-culprit", "two-culprits"])
@@ -76,10 +84,8 @@ def test_the_bisect_names_every_commit_that_added_work_to_the_step(tmp_path, def
     culprits = _culprits(default)
     project = _project(tmp_path, culprits)
     expected = [git(project, "rev-parse", f"HEAD~{COMMITS - n}") for n in culprits]
-    done, result, wall_s = _bisect(project)
+    done, result, _ = _bisect(project, "--good", f"HEAD~{COMMITS}", PYTHONPATH=str(project))
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    print(f"{len(result['steps'])} steps, {result['launches']} launches, {wall_s:.0f} s; machine: "
-          f"{os.uname().nodename}, {os.cpu_count()} cores")
     assert sorted(c["point"] for c in result["culprits"]) == sorted(expected)
     assert all(c["verified"] for c in result["culprits"])
 
@@ -100,48 +106,66 @@ threading.Thread(target=_work, name="stepload", daemon=True).start()
 """
 
 
-def _wheel(directory: Path, version: str, slow: bool) -> Path:
-    """A real wheel of ``dlscale-stepload``: a module every Python process of its environment imports
-    at start-up (through a .pth file); from 1.3.0 on it starts a thread that takes about a tenth of a
-    core, as a package that began to poll or log in the background would."""
+def _wheel(directory: Path, name: str, version: str, module: str) -> Path:
+    """A real wheel of ``name`` at ``version``: a module every Python process of its environment
+    imports at start-up (through a .pth file), its text ``module``."""
     import base64
     import hashlib
     import zipfile
 
-    dist = f"dlscale_stepload-{version}"
+    stem = name.replace("-", "_")
+    dist = f"{stem}-{version}"
     files = {
-        "dlscale_stepload.py": PROBE_WORK if slow else "",
-        "dlscale_stepload.pth": "import dlscale_stepload\n",
-        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {PROBE}\nVersion: {version}\n",
+        f"{stem}.py": module,
+        f"{stem}.pth": f"import {stem}\n",
+        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: dlscale-test\nRoot-Is-Purelib: true\n"
                                    "Tag: py3-none-any\n",
     }
-    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
-              f"{len(text.encode())}" for name, text in files.items()]
+    record = [f"{member},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(text.encode())}" for member, text in files.items()]
     files[f"{dist}.dist-info/RECORD"] = "\n".join(record + [f"{dist}.dist-info/RECORD,,"]) + "\n"
     path = directory / f"{dist}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as wheel:
-        for name, text in files.items():
-            wheel.writestr(name, text)
+        for member, text in files.items():
+            wheel.writestr(member, text)
     return path
 
 
-def test_the_bisect_names_the_package_version_that_slowed_the_step(tmp_path):
+QUIET = "dlscale-quiet"
+QUIET_VERSIONS = ["1.0.0", "1.1.0", "2.0.0"]
+
+
+def _wheels(tmp_path: Path) -> dict[str, str]:
+    """The probe's wheels (from 1.3.0 on, its thread) and the quiet package's (each a module that
+    does nothing), in a folder pip and uv find them in: the variables that say so."""
     from packaging.version import Version
 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     for version in PROBE_VERSIONS:
-        _wheel(wheels, version, slow=Version(version) >= Version(PROBE_SLOW_FROM))
-    links = " ".join(filter(None, [os.environ.get("PIP_FIND_LINKS"), str(wheels)]))
-    command = [str(Path(sys.executable).with_name("dlscale-bisect")), CELL,
-               "--good", f"pkg:{PROBE}=={PROBE_VERSIONS[0]}", "--bad", f"pkg:{PROBE}=={PROBE_VERSIONS[-1]}",
-               "--launcher", LAUNCHER, *_workload_flags()]
-    env = dict(os.environ, DLSCALE_CACHE=str(tmp_path / "cache"), PIP_FIND_LINKS=links)
-    started = time.monotonic()
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=4 * 3600)
-    print(done.stdout, done.stderr, sep="\n")
+        _wheel(wheels, PROBE, version, PROBE_WORK if Version(version) >= Version(PROBE_SLOW_FROM) else "")
+    for version in QUIET_VERSIONS:
+        _wheel(wheels, QUIET, version, f"VERSION = {version!r}\n")
+    return {"PIP_FIND_LINKS": " ".join(filter(None, [os.environ.get("PIP_FIND_LINKS"), str(wheels)]))}
+
+
+def test_the_bisect_names_the_package_version_that_slowed_the_step(tmp_path):
+    done, result, _ = _bisect(tmp_path, "--good", f"pkg:{PROBE}=={PROBE_VERSIONS[0]}",
+                              "--bad", f"pkg:{PROBE}=={PROBE_VERSIONS[-1]}", **_wheels(tmp_path))
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    result = json.loads((tmp_path / "results" / "bisect" / f"{CELL}.json").read_text())
-    print(f"{len(result['steps'])} steps, {result['launches']} launches, {time.monotonic() - started:.0f} s")
     assert [(c["point"], c["verified"]) for c in result["culprits"]] == [(f"{PROBE}=={PROBE_SLOW_FROM}", True)]
+
+
+def test_the_bisect_names_the_package_that_slowed_the_step_then_its_version(tmp_path):
+    done, result, _ = _bisect(tmp_path, "--good", f"pkg:{PROBE}=={PROBE_VERSIONS[0]}",
+                              "--good", f"pkg:{QUIET}=={QUIET_VERSIONS[0]}",
+                              "--bad", f"pkg:{PROBE}=={PROBE_VERSIONS[-1]}",
+                              "--bad", f"pkg:{QUIET}=={QUIET_VERSIONS[-1]}", **_wheels(tmp_path))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    moves, versions = result["phases"]
+    print(f"which package: {len(moves['steps'])} steps, {moves['launches']} launches; which version: "
+          f"{len(versions['steps'])} steps, {versions['launches']} launches")
+    assert [(c["label"].split(" (")[0], c["verified"]) for c in moves["culprits"]] == [
+        (f"{PROBE} {PROBE_VERSIONS[0]} -> {PROBE_VERSIONS[-1]}", True)]
+    assert [(c["point"], c["verified"]) for c in versions["culprits"]] == [(f"{PROBE}=={PROBE_SLOW_FROM}", True)]

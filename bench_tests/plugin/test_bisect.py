@@ -3,6 +3,7 @@ makes every training step slower (real work: the step's forward and backward thr
 harmless ones: it names that commit and verifies it against its parent through a real launcher,
 and goes on from its state file after its budget cut it short. Bad input is one line, before any
 launch."""
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -86,7 +87,12 @@ def _harness_back(project: Path) -> None:
     (["ddp-synthetic-nosuchnet-g1", "--good", "HEAD~2"], "no cell ddp-synthetic-nosuchnet-g1: "),
     (["ddp-resnet44", "--good", "HEAD~2"], "'ddp-resnet44' is not a cell id: say <framework>-<loader>-<model>-g"),
     ([CELL, "--good", "HEAD~2"], "nothing between --good "),
-], ids=["unknown-ref", "not-an-ancestor", "same-commit", "unknown-cell", "not-a-cell-id", "no-buildable-midpoint"])
+    ([CELL, "--good", "pkg:numpy==1.26.4", "--bad", "HEAD"],
+     "--bad HEAD: a bisect across packages takes pkg:NAME==VERSION on both sides"),
+    ([CELL, "--good", f"pkg:numpy=={importlib.metadata.version('numpy')}"],
+     "--good and --bad are the same package set: nothing to bisect"),
+], ids=["unknown-ref", "not-an-ancestor", "same-commit", "unknown-cell", "not-a-cell-id", "no-buildable-midpoint",
+        "commit-and-package-ends", "same-package-set"])
 def test_bad_input_is_one_line_before_any_launch(tmp_path, args, said):
     project = throwaway_project(tmp_path / "project", [("the harness taken out", _without_harness),
                                                        ("the harness back", _harness_back)])

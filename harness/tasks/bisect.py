@@ -1,23 +1,29 @@
-"""dlscale-bisect: which commit of the project, or which version of a package, made a cell slower,
-with the evidence for each step.
+"""dlscale-bisect: which commit of the project, or which package or version of a package, made a
+cell slower, with the evidence for each step.
 
     dlscale-bisect CELL --good REF [--bad REF] [the suite's workload and launcher options]
-    dlscale-bisect CELL --good pkg:NAME==A --bad pkg:NAME==B
+    dlscale-bisect CELL --good pkg:NAME==A [--bad pkg:NAME==B]
+    dlscale-bisect CELL --good pkg:N1==A1 --good pkg:N2==A2 ... [--bad pkg:N1==B1 --bad pkg:N2==B2 ...]
 
 The points are the commits from ``--good`` (exclusive) to ``--bad`` (inclusive, default HEAD) along the
-first-parent line, or every version of the package the indexes hold from A (exclusive) to B
-(inclusive). Each step launches the range's good end, its midpoint and its bad end in rounds, in random
-order within each round, on the same nodes, and places the midpoint by which end it runs like
+first-parent line, or every version of the package the indexes hold from A to B; a package ``--bad``
+does not name is at its installed version there. Where the two package sets differ in several
+packages, the bisect first finds which package (or group that must move together, as torch with
+torchvision and the Horovod built on it) made the cell slower, moving one at a time, then which of
+that package's versions, the others held as they were (:mod:`harness.tasks.bisect_points`).
+
+Each step launches the range's good end, its midpoint and its bad end in rounds, in random order
+within each round, on the same nodes, and places the midpoint by which end it runs like
 (:mod:`harness.judging.bisection`): 8 rounds, then 16 and 32 while that is unclear. A midpoint that
 cannot be built or whose launches fail is skipped for its neighbour (``git bisect skip``); a midpoint
 between the ends with confidence means two culprits, and both halves are searched. At adjacent points
 the culprit is verified by an A/B against its predecessor (:mod:`harness.session.paired`).
 
 A commit's ranks run that commit's ``harness`` package (exported from git, as ``--against git:REF``
-does) under the installed packages; a version's ranks run the current harness with that version
-installed over the current environment (as ``--against pkg:NAME==VERSION``). The state is written
-after every round: a bisect cut short (Ctrl-C, its budget, the allocation's end) goes on from where
-it stopped when started again with the same arguments. Exit status: 0 every culprit found and
+does) under the installed packages; a package set's ranks run the current harness with those
+versions installed over the current environment (as ``--against pkg:NAME==VERSION``). The state is
+written after every round: a bisect cut short (Ctrl-C, its budget, the allocation's end) goes on from
+where it stopped when started again with the same arguments. Exit status: 0 every culprit found and
 verified, 1 a culprit not confirmed or a range left unresolved, 2 bad input, 3 the budget spent (the
 state kept).
 """
@@ -28,11 +34,10 @@ import dataclasses
 import json
 import random
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from harness import HARNESS_SOURCE
 from harness.common.jsonio import write_json_atomic
@@ -40,17 +45,16 @@ from harness.config.options import SuiteError, SuiteOptions
 from harness.judging import bisection
 from harness.judging.kinds import PairedKind
 from harness.launch.runner import CellRun
-from harness.machine import package_sets, references
+from harness.machine import references
+from harness.machine.provenance import installed_packages
 from harness.rank.cell import Cell
 from harness.rank.numerics import Numerics
 from harness.session.paired import PairSettings, launch_figure, measure_pairs
 from harness.session.suite import Suite
+from harness.tasks.bisect_points import (BisectError, Point, commit_points, package_moves, package_points,
+                                         package_sets_of, version_points)
 
 STATE_VERSION = 1
-
-
-class BisectError(ValueError):
-    """Bad input, said in one line: an unknown ref or cell, a good end that is not faster."""
 
 
 class BudgetSpent(RuntimeError):
@@ -77,78 +81,6 @@ def cell_options(cell_id: str) -> dict:
                           f"e.g. ddp-synthetic-resnet44-g1")
     return {"frameworks": head[0], "loaders": head[1], "models": head[2], "gpus": parts[-1][1:],
             "dtypes": numerics.dtype, "channels_last": numerics.channels_last, "compile": numerics.compiled}
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise BisectError(f"git {' '.join(args)} in {repo}: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
-    return done.stdout.strip()
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Point:
-    """One candidate of a bisect: a commit or a package version, as the reference parts that build it."""
-    key: str
-    """The commit's hash, or ``NAME==VERSION``."""
-    short: str
-    """As the progress lines name it: the hash's first ten digits, or the key."""
-    parts: tuple[str, ...]
-    label: str
-
-
-def commits_between(repo: Path, good: str, bad: str) -> list[str]:
-    """The good commit, then every commit after it up to the bad one along the first-parent line."""
-    ends = []
-    for name, ref in (("--good", good), ("--bad", bad)):
-        commit = references.commit_of(repo, ref)
-        if commit is None:
-            raise BisectError(f"{name} {ref}: no such commit in {repo}")
-        ends.append(commit)
-    if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", *ends], timeout=60).returncode != 0:
-        raise BisectError(f"--good {good} is not an ancestor of --bad {bad}: no range to bisect")
-    between = git(repo, "rev-list", "--first-parent", "--reverse", f"{ends[0]}..{ends[1]}").split()
-    if not between:
-        raise BisectError(f"--good {good} and --bad {bad} are the same commit: nothing to bisect")
-    return [ends[0], *between]
-
-
-def commit_points(repo: Path, good: str, bad: str) -> list[Point]:
-    return [Point(key=sha, short=sha[:10], parts=(f"git:{sha}",),
-                  label=f"{sha[:10]} {git(repo, 'log', '-1', '--format=%s', sha)}")
-            for sha in commits_between(repo, good, bad)]
-
-
-def index_versions(name: str) -> list[str]:
-    """Every version of ``name`` pip's indexes and find-links hold (``pip index versions``)."""
-    done = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name], capture_output=True, text=True,
-                          timeout=300)
-    listed = next((line for line in done.stdout.splitlines() if line.startswith("Available versions:")), None)
-    if done.returncode != 0 or listed is None:
-        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        raise BisectError(f"the indexes list no versions of {name}: {said}")
-    return [version.strip() for version in listed.partition(":")[2].split(",") if version.strip()]
-
-
-def version_points(good: str, bad: str, listed: Sequence[str] | None = None) -> list[Point]:
-    """``pkg:NAME==A`` and ``pkg:NAME==B``: A, then every version the indexes hold after it up to B."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        (name, low), (other, high) = (package_sets.parse_pin(pin.removeprefix("pkg:")) for pin in (good, bad))
-    except package_sets.PackageSetError as error:
-        raise BisectError(str(error)) from None
-    if name != other:
-        raise BisectError(f"--good {good} and --bad {bad} name two packages: bisect one package's versions")
-    try:
-        if Version(low) >= Version(high):
-            raise BisectError(f"--good {good} is not older than --bad {bad}: no range to bisect")
-        versions = sorted({v for v in (listed if listed is not None else index_versions(name))
-                           if Version(low) < Version(v) <= Version(high)} | {high}, key=Version)
-    except InvalidVersion as error:
-        raise BisectError(f"{name}: {error}") from None
-    return [Point(key=f"{name}=={v}", short=f"{name}=={v}", parts=(f"pkg:{name}=={v}",), label=f"{name} {v}")
-            for v in (low, *versions)]
 
 
 class Bisect:
@@ -347,9 +279,14 @@ class Bisect:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dlscale-bisect", description=__doc__.split("\n\n")[0])
     parser.add_argument("cell", help="the cell, as the suite names it (e.g. ddp-synthetic-resnet44-g1)")
-    parser.add_argument("--good", required=True, help="a commit where the cell ran fast, or pkg:NAME==VERSION")
-    parser.add_argument("--bad", default="HEAD",
-                        help="a later commit where it runs slower (default %(default)s), or pkg:NAME==VERSION")
+    parser.add_argument("--good", required=True, action="append",
+                        help="a commit where the cell ran fast, or pkg:NAME==VERSION (one per package)")
+    parser.add_argument("--bad", action="append",
+                        help="a later commit where it runs slower (default HEAD), or pkg:NAME==VERSION (one per "
+                             "package; default: as installed)")
+    parser.add_argument("--together", action="append", default=[], metavar="NAME,NAME",
+                        help="packages that move together in a bisect across packages (torch with torchvision "
+                             "and horovod, and tensorflow or mxnet with horovod, always do)")
     parser.add_argument("--repo", type=Path, default=HARNESS_SOURCE.parent,
                         help="the project's git checkout (default: the one this harness comes from)")
     suite = parser.add_argument_group("the launches (as the suite's options of the same names)")
@@ -379,15 +316,56 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def report(state: dict) -> str:
-    lines = [f"dlscale-bisect {state['cell']}: {len(state['points']) - 1} point(s), {len(state['steps'])} step(s), "
-             f"{state['launches']} launches, {state['spent_s']:.0f} s"]
-    for culprit in state["culprits"]:
-        lines.append(f"  culprit {culprit['label']}: "
-                     f"{'verified' if culprit['verified'] else 'not confirmed'} ({culprit['evidence']})")
-    for left in state["unresolved"]:
-        lines.append(f"  unresolved {left['range'][0]}..{left['range'][1]}: {left['why']}")
+def report(states: Sequence[dict]) -> str:
+    lines = []
+    for state in states:
+        lines.append(f"dlscale-bisect {state['cell']}: {len(state['points']) - 1} point(s), {len(state['steps'])} "
+                     f"step(s), {state['launches']} launches, {state['spent_s']:.0f} s")
+        for culprit in state["culprits"]:
+            lines.append(f"  culprit {culprit['label']}: "
+                         f"{'verified' if culprit['verified'] else 'not confirmed'} ({culprit['evidence']})")
+        for left in state["unresolved"]:
+            lines.append(f"  unresolved {left['range'][0]}..{left['range'][1]}: {left['why']}")
     return "\n".join(lines)
+
+
+def across_packages(start: Callable[[list[Point], Path, Settings], dict], good: Mapping[str, str],
+                    bad: Mapping[str, str], moves: Sequence[tuple[str, ...]], settings: Settings, state_path: Path,
+                    say: Callable[[str], None]) -> list[dict]:
+    """The bisects of a move from the ``good`` package set to the ``bad`` one: which move (when
+    several), then which version of the package that move changed. ``start`` runs one bisect over
+    its points with its state file and budget, and returns its state."""
+    def versions(name: str, held: Mapping[str, str]) -> list[Point]:
+        return version_points(f"pkg:{name}=={good[name]}", f"pkg:{name}=={bad[name]}",
+                              held=[f"pkg:{other}=={version}" for other, version in sorted(held.items()) if other != name])
+
+    if len(moves) == 1 and len(moves[0]) == 1:
+        return [start(versions(moves[0][0], good), state_path, settings)]
+    points = package_points(good, bad, moves)
+    say(f"dlscale-bisect: {len(moves)} move(s) from the good package set to the bad: "
+        + "; ".join(point.label for point in points[1:]))
+    states = [start(points, state_path, settings)]
+    for culprit in list(states[0]["culprits"]):
+        index = states[0]["points"].index(culprit["point"])
+        group = moves[index - 1]
+        if not culprit["verified"] or len(group) > 1:
+            if len(group) > 1:
+                say(f"  {', '.join(group)} moved together: their versions are not bisected one by one")
+            continue
+        before = dict(part.removeprefix("pkg:").split("==") for part in points[index - 1].parts)
+        try:
+            points_of_name = versions(group[0], before)
+        except BisectError as error:
+            say(f"  the versions of {group[0]} between are not bisected: {error}")
+            continue
+        if len(points_of_name) == 2:
+            continue  # adjacent versions: the move's own verification named the culprit
+        launches, spent_s = sum(s["launches"] for s in states), sum(s["spent_s"] for s in states)
+        left = dataclasses.replace(settings, max_launches=settings.max_launches - launches,
+                                   max_seconds=settings.max_seconds - spent_s)
+        say(f"dlscale-bisect: {culprit['label']}: which of its {len(points_of_name) - 1} version(s)")
+        states.append(start(points_of_name, state_path.with_name(f"{state_path.stem}-{group[0]}.json"), left))
+    return states
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -403,10 +381,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     state_path = args.state or Path("results") / "bisect" / f"{args.cell}.state.json"
     json_path = args.json or Path("results") / "bisect" / f"{args.cell}.json"
     try:
-        if args.good.startswith("pkg:") or args.bad.startswith("pkg:"):
-            points = version_points(args.good, args.bad)
+        by_packages = any(part.startswith("pkg:") for part in [*args.good, *(args.bad or [])])
+        if by_packages:
+            good, bad = package_sets_of(args.good, args.bad or [], installed_packages())
+            moves = package_moves(good, bad, [names.split(",") for names in args.together])
+            if not moves:
+                raise BisectError("--good and --bad are the same package set: nothing to bisect")
+        elif len(args.good) > 1 or len(args.bad or []) > 1:
+            raise BisectError("a bisect across commits takes one --good REF and at most one --bad REF")
         else:
-            points = commit_points(args.repo, args.good, args.bad)
+            points = commit_points(args.repo, args.good[0], (args.bad or ["HEAD"])[0])
         try:
             suite = Suite(SuiteOptions(
                 launcher=args.launcher, **cell_options(args.cell), profile=args.profile, device=args.device,
@@ -423,11 +407,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if reason := suite.skip_reason(cell):
             raise BisectError(f"{cell.id} cannot run here: {reason}")
         suite.prepare()
-        print(f"dlscale-bisect {cell.id}: {len(points) - 1} point(s) after {points[0].label} up to "
-              f"{points[-1].label}, launcher {suite.launcher.name}", flush=True)
-        bisect = Bisect(suite, cell, args.repo, points, settings, state_path, seed=args.seed,
-                        say=lambda line: print(line, flush=True))
-        state = bisect.run()
+
+        def say(line: str) -> None:
+            print(line, flush=True)
+
+        def start(points: list[Point], state: Path, budget: Settings) -> dict:
+            say(f"dlscale-bisect {cell.id}: {len(points) - 1} point(s) after {points[0].label} up to "
+                f"{points[-1].label}, launcher {suite.launcher.name}")
+            return Bisect(suite, cell, args.repo, points, budget, state, seed=args.seed, say=say).run()
+
+        if by_packages:
+            states = across_packages(start, good, bad, moves, settings, state_path, say)
+        else:
+            states = [start(points, state_path, settings)]
     except (BisectError, SuiteError, references.ReferenceError) as error:
         print(f"dlscale-bisect: {error}", file=sys.stderr)
         return 2
@@ -435,10 +427,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dlscale-bisect: {stop or 'interrupted'}; the state is in {state_path}: the same command goes on "
               f"from there", file=sys.stderr)
         return 3
-    write_json_atomic(json_path, state)
-    print(report(state))
+    result = states[0] if len(states) == 1 else {
+        "cell": cell.id, "phases": states, "culprits": [c for state in states for c in state["culprits"]],
+        "unresolved": [u for state in states for u in state["unresolved"]],
+        "launches": sum(state["launches"] for state in states), "spent_s": sum(state["spent_s"] for state in states)}
+    write_json_atomic(json_path, result)
+    print(report(states))
     print(f"written to {json_path}")
-    verified = state["culprits"] and all(c["verified"] for c in state["culprits"]) and not state["unresolved"]
+    verified = result["culprits"] and all(c["verified"] for c in result["culprits"]) and not result["unresolved"]
     return 0 if verified else 1
 
 
