@@ -74,7 +74,8 @@ def _bisect(cwd: Path, *ends: str, **env: str) -> tuple[subprocess.CompletedProc
     result_path = cwd / "results" / "bisect" / f"{CELL}.json"
     result = json.loads(result_path.read_text()) if result_path.is_file() else {}
     wall_s = time.monotonic() - started
-    print(f"{len(result.get('steps') or [])} steps, {result.get('launches')} launches, {wall_s:.0f} s; machine: "
+    steps = sum(len(phase["steps"]) for phase in result.get("phases", [result]) if "steps" in phase)
+    print(f"{steps} steps, {result.get('launches')} launches, {wall_s:.0f} s; machine: "
           f"{os.uname().nodename}, {os.cpu_count()} cores")
     return done, result, wall_s
 

@@ -52,10 +52,12 @@ def test_names_the_commit_that_slowed_every_step_and_goes_on_after_its_budget(tm
     result = json.loads((project / "results" / "bisect" / f"{CELL}.json").read_text())
     assert [(c["point"], c["verified"], c["verdict"]) for c in result["culprits"]] == [(culprit, True, "regressed")]
     # one step: the midpoint (the culprit) runs like the bad end, from 6 rounds of 3 launches (4 before
-    # the budget's cut, 2 after), then 6 pairs against the culprit's parent
+    # the budget's cut, 2 after; 12 where 6 left the midpoint's sameness to the bad end unsure), then
+    # 6 pairs against the culprit's parent (or 12)
     step, = result["steps"]
-    assert (step["mid"], step["placement"], step["placed_by"], len(step["rounds"])) == (culprit, "like-bad", "test", 6)
-    assert result["launches"] == 30 and result["done"]
+    assert (step["mid"], step["placement"], step["placed_by"]) == (culprit, "like-bad", "test")
+    assert len(step["rounds"]) in (6, 12) and len(result["culprits"][0]["pairs"]) in (6, 12)
+    assert result["launches"] == 3 * len(step["rounds"]) + 2 * len(result["culprits"][0]["pairs"]) and result["done"]
     evidence = step["evidence"]
     assert evidence["ends"]["kind"] == "regressed" and evidence["ends"]["high"] < 0.8, evidence
     assert evidence["against_good"]["kind"] == "regressed" and evidence["position"] > 0.7, evidence

@@ -6,19 +6,23 @@ A/B's pairs do, :mod:`harness.judging.paired`). Each round gives two pairs: the 
 good end and against the bad end, each judged as an A/B is. The midpoint is
 
 - ``like-good`` where it is faster than the bad end (the whole interval beyond the minimum effect)
-  and not slower than the good one: the culprit lies after it;
-- ``like-bad`` where it is slower than the good end and not faster than the bad one: the culprit is
-  the midpoint or before it;
+  and surely not slower than the good one (the whole interval above the minimum effect's edge): the
+  culprit lies after it;
+- ``like-bad`` where it is slower than the good end and surely not faster than the bad one: the
+  culprit is the midpoint or before it;
 - ``between`` where it is slower than the good end and faster than the bad one, both with
   confidence: part of the slowdown came before it and part after, so the range holds two culprits
   and both halves are searched;
 - ``unclear`` otherwise, which more rounds may settle. Where the most rounds still leave it unclear,
-  :func:`lean` places it by where its median effect lies between the ends, and the step says that
-  it was so placed.
+  :func:`lean` places it by where its median effect lies between the ends (in the middle half:
+  ``between``), and the step says that it was so placed.
 
-"Not slower" rather than "the same": on a noisy node an A/B reaches ``same`` (the whole interval
-within the minimum effect) only after many pairs, while the ends of a range differ by the culprit's
-whole effect; telling which end the midpoint is like takes far fewer rounds than proving it equal.
+"Surely not slower" rather than "the same": one side of the interval, not both; on a noisy node an
+A/B reaches ``same`` only after many pairs, while the ends of a range differ by the culprit's whole
+effect. But not the mere absence of a sure slowdown either: with two culprits of 10% each, a
+midpoint between them ran 0.927 [0.863, 0.998] of the good end over 8 rounds (inconclusive against
+the 3% minimum effect) and 1.132 [1.073, 1.273] of the bad end; taking that for ``like-good`` would
+have dropped the first culprit's half.
 
 A bisect that misjudges each of its steps with probability e finds the culprit with (1 - e)^steps,
 so each step is held to an A/B's standard, not to one launch per point. Pure functions.
@@ -101,9 +105,9 @@ def place(rounds: Sequence[Round], *, min_effect: float) -> Placement:
     faster_than_bad = against_bad.kind == PairedKind.IMPROVED
     if slower_than_good and faster_than_bad:
         kind = BETWEEN
-    elif faster_than_bad:
+    elif faster_than_bad and against_good.ratio.low > 1 - min_effect:
         kind = LIKE_GOOD
-    elif slower_than_good:
+    elif slower_than_good and against_bad.ratio.high < 1 + min_effect:
         kind = LIKE_BAD
     else:
         kind = UNCLEAR
@@ -120,9 +124,17 @@ def position(rounds: Sequence[Round]) -> float:
     return to_mid / to_bad if to_bad else math.nan
 
 
+LEAN_BETWEEN = (0.25, 0.75)
+"""Positions an unclear midpoint is placed ``between`` at: searching both halves costs steps, missing
+a second culprit costs the answer."""
+
+
 def lean(placement: Placement) -> str:
-    """An unclear midpoint placed by its position alone: like the end it lies nearer to."""
-    return LIKE_BAD if placement.position >= 0.5 else LIKE_GOOD
+    """An unclear midpoint placed by its position alone: like the end it lies nearer to, or between
+    them where it lies in the middle half (NaN, ends that ran alike: like the bad end)."""
+    if LEAN_BETWEEN[0] <= placement.position <= LEAN_BETWEEN[1]:
+        return BETWEEN
+    return LIKE_GOOD if placement.position < LEAN_BETWEEN[0] else LIKE_BAD
 
 
 def round_orders(count: int, rng: random.Random) -> list[str]:

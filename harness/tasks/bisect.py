@@ -61,12 +61,17 @@ class BudgetSpent(RuntimeError):
     pass
 
 
+_AB_DEFAULTS = {option.name: option.default for option in dataclasses.fields(SuiteOptions)}
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)  # no slots: the parser reads the defaults off the class
 class Settings:
-    rounds: int = 8
-    max_rounds: int = 32
-    min_effect: float = 0.03
-    verify_pairs: int = 8
+    """A step's rounds and a culprit's verification are judged as an A/B's pairs are (``--against``),
+    with its defaults."""
+    rounds: int = _AB_DEFAULTS["pairs"]
+    max_rounds: int = _AB_DEFAULTS["max_pairs"]
+    min_effect: float = _AB_DEFAULTS["min_effect"]
+    verify_pairs: int = _AB_DEFAULTS["pairs"]
     max_launches: int = 600
     max_seconds: float = 6 * 3600.0
 
@@ -117,13 +122,16 @@ class Bisect:
         return state
 
     def _save(self) -> None:
-        self.state["spent_s"] = round(self._spent_before + time.monotonic() - self.started, 1)
+        self.state["spent_s"] = round(self._spent_s(), 1)
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.state_path, self.state)
 
+    def _spent_s(self) -> float:
+        return self._spent_before + time.monotonic() - self.started
+
     def _charge(self, launches: int) -> None:
         """Stop before ``launches`` more would pass the budget."""
-        spent_s = self._spent_before + time.monotonic() - self.started
+        spent_s = self._spent_s()
         if self.state["launches"] + launches > self.settings.max_launches or spent_s > self.settings.max_seconds:
             raise BudgetSpent(f"the budget is spent ({self.state['launches']} launches of "
                               f"{self.settings.max_launches}, {spent_s:.0f} s of {self.settings.max_seconds:.0f})")
@@ -226,7 +234,9 @@ class Bisect:
             ends_clear = not first_step or placement.ends.kind == PairedKind.REGRESSED
             if (placement.kind != bisection.UNCLEAR and ends_clear) or len(rounds) >= self.settings.max_rounds:
                 return placement
-            self.say(f"  {self.label(mid)}: {placement.kind} after {len(rounds)} rounds, more rounds")
+            unclear = placement.kind if placement.kind == bisection.UNCLEAR else \
+                f"{placement.kind}, but the regression itself (bad/good) is {placement.ends.kind} so far"
+            self.say(f"  {self.label(mid)}: {unclear} after {len(rounds)} rounds, more rounds")
             target = min(2 * target, self.settings.max_rounds)
 
     def _finish(self, step: dict, low: int, mid: int, high: int, placement: bisection.Placement) -> None:
@@ -260,7 +270,8 @@ class Bisect:
         self._charge(2 * self.settings.verify_pairs)
         paired = measure_pairs(self.cell, self.environment(parent), lambda side: self.launch(sides[side]),
                                PairSettings(first=self.settings.verify_pairs, most=self.settings.max_rounds,
-                                            min_effect=self.settings.min_effect, budget_s=self.settings.max_seconds),
+                                            min_effect=self.settings.min_effect,
+                                            budget_s=self.settings.max_seconds - self._spent_s()),
                                seed=self.rng.randrange(2 ** 32))
         verified = paired.verdict is not None and paired.verdict.kind == PairedKind.REGRESSED
         evidence = paired.verdict.message if paired.verdict else paired.error
