@@ -123,8 +123,9 @@ within the minimum effect, whichever is wider)."""
 
 def sameness_margin(ends: PairedVerdict, min_effect: float) -> float:
     """How near an end the midpoint must surely be to count as like it: within the minimum effect,
-    or within a third of the range's own slowdown where that is wider. Two culprits each above a
-    third of it are never missed; a smaller second culprit beside a large first may be. With the
+    or within a third of the range's own slowdown where that is wider. A midpoint between two
+    culprits of more than a third each is not taken for either end; a smaller second culprit beside
+    a large first may be taken for the noise around it. With the
     minimum effect alone, telling a midpoint within 3% of an end took 32 rounds where 8 told which
     end (two culprits of 10% on this VM, docs/measurements.md)."""
     return max(min_effect, (1 - ends.ratio.value) / SECOND_CULPRIT_SHARE)
