@@ -39,9 +39,11 @@ while True:
 
 def test_pairs_see_no_change_where_a_stored_figure_sees_the_drift(tmp_path):
     # recorded whatever its interval (a launch here ranges 67-122 img/s; the default widest is 10%)
+    started = time.monotonic()
     recording = start_suite(tmp_path, "drift", "--update-baselines", "--widest-baseline", "0.5", "--results-json",
                             "recorded.json")
     out, _ = recording.communicate(timeout=1800)
+    recording_s = time.monotonic() - started
     assert recording.returncode == 0, out[-3000:]
     recorded, = json.loads((tmp_path / "recorded.json").read_text())["cells"]
     print(f"baseline, quiet: {recorded['throughput']['value']:.1f} img/s "
@@ -55,8 +57,12 @@ def test_pairs_see_no_change_where_a_stored_figure_sees_the_drift(tmp_path):
                               "--pairs", str(PAIRS), "--max-pairs", str(PAIRS), "--results-json", "aa.json", "-s",
                               log=log)
         try:
-            while session.poll() is None and log_path.read_text().count("starting") <= PAIRS:
-                time.sleep(0.5)  # the first half of the launches on the quiet machine
+            # the first half of the launches on the quiet machine: timed from the recording's launches
+            # (the session's progress lines are throttled, so they cannot be counted)
+            half_s = PAIRS * recording_s / (recorded["runs"] + 1)
+            quiet_until = time.monotonic() + half_s
+            while session.poll() is None and time.monotonic() < quiet_until:
+                time.sleep(0.2)
             neighbours = [subprocess.Popen([sys.executable, "-c", NEIGHBOUR], start_new_session=True)
                           for _ in range(os.cpu_count() or 1)]
             session.wait(timeout=3600)
@@ -80,3 +86,4 @@ def test_pairs_see_no_change_where_a_stored_figure_sees_the_drift(tmp_path):
     print(f"the stored baseline, the same {stored['launches']} launches: {stored['verdict']} "
           f"({'; '.join(stored['reasons']) or 'no reason given'})")
     assert cell["verdict"] not in ("regressed", "improved")
+    assert mean(busy, "current") < 0.9 * mean(quiet, "current"), "the neighbour did not slow the machine: no drift shown"
