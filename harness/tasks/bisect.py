@@ -356,14 +356,15 @@ def across_packages(start: Callable[[list[Point], Path, Settings], dict], good: 
     say(f"dlscale-bisect: {len(moves)} move(s) from the good package set to the bad: "
         + "; ".join(point.label for point in points[1:]))
     states = [start(points, state_path, settings)]
-    for culprit in list(states[0]["culprits"]):
+    for culprit in states[0]["culprits"]:
         index = states[0]["points"].index(culprit["point"])
         group = moves[index - 1]
-        if not culprit["verified"] or len(group) > 1:
-            if len(group) > 1:
-                say(f"  {', '.join(group)} moved together: their versions are not bisected one by one")
+        if len(group) > 1:
+            say(f"  {', '.join(group)} moved together: their versions are not bisected one by one")
             continue
-        before = dict(part.removeprefix("pkg:").split("==") for part in points[index - 1].parts)
+        if not culprit["verified"]:
+            continue
+        before = {**good, **{name: bad[name] for earlier in moves[:index - 1] for name in earlier}}
         try:
             points_of_name = versions(group[0], before)
         except BisectError as error:
