@@ -464,7 +464,8 @@ def _write_paired_summary(terminalreporter, suite: Suite) -> None:
             stored = result.stored_baseline
             terminalreporter.write_line(
                 f"{result.cell.id}: the stored baseline judges the current side's {stored['launches']} launches "
-                f"{stored['verdict']}" + (f" ({'; '.join(stored['reasons'])})" if stored["reasons"] else ""))
+                + (f"({stored['contended_left_out']} contended, left out) " if stored.get("contended_left_out") else "")
+                + f"{stored['verdict']}" + (f" ({'; '.join(stored['reasons'])})" if stored["reasons"] else ""))
 
 
 def _interrupt_line(suite: Suite, skipped: list[str]) -> str:

@@ -2,12 +2,14 @@
 their opt-in gate."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 from bench_tests.workloads import JUDGED_MODEL, SCALING_TEST
 from harness import HARNESS_SOURCE
@@ -23,13 +25,38 @@ def only_when_asked(request):
         pytest.skip("a benchmark: run with --benchmark-only or DLSCALE_BENCHMARKS=1")
 
 
-def start_suite(directory: Path, system: str, *flags: str, log=None) -> subprocess.Popen:
+def start_suite(directory: Path, system: str, *flags: str, log=None, project: Path = HARNESS_SOURCE.parent,
+                env: dict[str, str] | None = None) -> subprocess.Popen:
     """A scaling session on the A/B cell in ``directory`` as a user starts it (its test module
-    copied there once), its output to ``log`` or a pipe."""
+    copied there once), with ``project``'s harness, its output to ``log`` or a pipe."""
     if not (directory / "test_scaling.py").is_file():
         (directory / "test_scaling.py").write_text(SCALING_TEST.read_text())
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
                "--rootdir", str(directory), "--system", system, "--launcher", LAUNCHER, *CELL_FLAGS, "--no-history",
                *flags]
-    return subprocess.Popen(command, cwd=directory, env=dict(os.environ, PYTHONPATH=str(HARNESS_SOURCE.parent)),
+    return subprocess.Popen(command, cwd=directory, env=dict(os.environ, PYTHONPATH=str(project), **(env or {})),
                             stdout=log or subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def compare(directory: Path, label: str, index: int, total: int, *flags: str, system: str = "ab",
+            **session) -> dict:
+    """One A/B session of the cell with ``flags`` (its ``--against`` among them) in ``directory``:
+    its paired cell from the results file, after printing its verdict, ratio and pairs in a line
+    headed ``label``. ``session``: :func:`start_suite`'s ``project`` and ``env``."""
+    results = f"{system}-{index}.json"
+    process = start_suite(directory, system, "--results-json", results, *flags, **session)
+    output, _ = process.communicate(timeout=3600)
+    assert process.returncode in (0, 1), output[-3000:]
+    cell, = json.loads((directory / results).read_text())["paired_cells"]
+    ratio = cell["ratio"] or {}
+    print(f"{label} {index + 1}/{total}: {cell['verdict']:<12} {ratio.get('value', float('nan')):.3f} "
+          f"[{ratio.get('low', float('nan')):.3f}, {ratio.get('high', float('nan')):.3f}] "
+          f"after {len(cell['pairs'])} pairs ({cell['launches']} launches, {cell['wall_s']:.0f} s)", flush=True)
+    return cell
+
+
+def exact_interval(successes: int, trials: int) -> tuple[float, float]:
+    """Clopper-Pearson 95% interval of a rate."""
+    low = stats.beta.ppf(0.025, successes, trials - successes + 1) if successes else 0.0
+    high = stats.beta.ppf(0.975, successes + 1, trials - successes) if successes < trials else 1.0
+    return float(low), float(high)

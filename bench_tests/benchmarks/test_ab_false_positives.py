@@ -15,39 +15,20 @@ about 12: 10 comparisons are 30 minutes to 2 hours).
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 from collections import Counter
 
-from scipy import stats
-
-from bench_tests.benchmarks.ab_common import LAUNCHER, only_when_asked, start_suite  # noqa: F401 (a fixture)
+from bench_tests.benchmarks.ab_common import LAUNCHER, compare, exact_interval, only_when_asked  # noqa: F401
 
 COMPARISONS = int(os.environ.get("DLSCALE_AA_COMPARISONS", "10"))
 MAX_PAIRS = os.environ.get("DLSCALE_AA_MAX_PAIRS", "32")
 
 
-def exact_interval(successes: int, trials: int) -> tuple[float, float]:
-    """Clopper-Pearson 95% interval of a rate."""
-    low = stats.beta.ppf(0.025, successes, trials - successes + 1) if successes else 0.0
-    high = stats.beta.ppf(0.975, successes + 1, trials - successes) if successes < trials else 1.0
-    return float(low), float(high)
-
-
 def test_identical_environments_are_not_called_regressed(tmp_path):
     same = f"pkg:numpy=={importlib.metadata.version('numpy')}"
-    rows = []
-    for index in range(COMPARISONS):
-        session = start_suite(tmp_path, "aa", "--results-json", f"r{index}.json", "--max-pairs", MAX_PAIRS,
-                              "--against", same)
-        output, _ = session.communicate(timeout=3600)
-        assert session.returncode in (0, 1), output[-3000:]
-        cell, = json.loads((tmp_path / f"r{index}.json").read_text())["paired_cells"]
-        rows.append(cell)
-        ratio = cell["ratio"] or {}
-        print(f"A/A {index + 1}/{COMPARISONS}: {cell['verdict']:<12} {ratio.get('value', float('nan')):.3f} "
-              f"[{ratio.get('low', float('nan')):.3f}, {ratio.get('high', float('nan')):.3f}] "
-              f"after {len(cell['pairs'])} pairs ({cell['launches']} launches, {cell['wall_s']:.0f} s)", flush=True)
+    rows = [compare(tmp_path, "A/A", index, COMPARISONS, "--max-pairs", MAX_PAIRS, "--against", same,
+                    system="aa")
+            for index in range(COMPARISONS)]
     verdicts = Counter(cell["verdict"] for cell in rows)
     called = verdicts["regressed"] + verdicts["improved"]
     low, high = exact_interval(called, len(rows))

@@ -267,6 +267,7 @@ class Suite:
                  reference_cell=preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers), earlier=[],
                  use_yardstick=False)
         return {"verdict": judged.verdict, "throughput": to_json(judged.throughput), "launches": len(judged.runs),
+                "contended_left_out": judged.contended_runs,
                 "reasons": [f"{v.kind}: {v.message}" for v in judged.verdicts
                             if v.kind not in (VerdictKind.PASS, VerdictKind.NO_BASELINE)]}
 
