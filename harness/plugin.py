@@ -309,7 +309,7 @@ class Measure:
 
 
 def _report_baseline_changes(terminalreporter, suite: Suite) -> None:
-    terminalreporter.write_line(f"updated {suite.baselines.path} ({len(suite.baseline_changes)} change(s)):")
+    terminalreporter.write_line(f"updated {suite.prepared.baselines.path} ({len(suite.baseline_changes)} change(s)):")
     for change in suite.baseline_changes:
         terminalreporter.write_line(f"  {change}")
     if suite.baselines_kept:
@@ -398,7 +398,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
 def _cores_words(suite: Suite) -> str:
     if suite.uses_gpus:
         return ""
-    cores = getattr(suite, "cores_per_rank", None)
+    cores = suite.prepared and suite.prepared.cores_per_rank
     if cores:
         return f", {cores} core(s) per rank"
     return ", ranks share the node's cores (more ranks than cores: E_G's ideal is below 1)"
@@ -419,10 +419,11 @@ def _write_accuracy_plots(results, directory: Path) -> list[Path]:
 
 
 def _write_summary(terminalreporter, suite: Suite) -> None:
+    ready = suite.prepared
     terminalreporter.section("dlscale summary")
-    terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, baselines {suite.baselines.path}"
+    terminalreporter.write_line(f"system {ready.system}, launcher {suite.launcher_name}, baselines {ready.baselines.path}"
                                 + _cores_words(suite))
-    terminalreporter.write_line(format_table(summary_rows(suite.results, getattr(suite, "baselines", None))))
+    terminalreporter.write_line(format_table(summary_rows(suite.results, ready.baselines)))
     ratios = framework_ratios((result.cell, result.records) for result in suite.results if result.metrics)
     if ratios:
         terminalreporter.write_line(f"frameworks side by side (throughput over {REFERENCE_FRAMEWORK}'s, same run):")
@@ -448,11 +449,12 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
 
 
 def _write_paired_summary(terminalreporter, suite: Suite) -> None:
+    ready = suite.prepared
     terminalreporter.section("dlscale A/B (pairs of launches in this session)")
-    terminalreporter.write_line(f"system {suite.system}, launcher {suite.launcher_name}, "
-                                f"{suite.reference_environment.label}")
-    terminalreporter.write_line(f"current against reference: {describe_difference(suite.environment_difference)}")
-    for problem in suite.reference_environment.dependency_problems:
+    terminalreporter.write_line(f"system {ready.system}, launcher {suite.launcher_name}, "
+                                f"{ready.reference.environment.label}")
+    terminalreporter.write_line(f"current against reference: {describe_difference(ready.reference.difference)}")
+    for problem in ready.reference.environment.dependency_problems:
         terminalreporter.write_line(f"the reference's package set, by pip check: {problem}")
     terminalreporter.write_line(format_table(paired_rows(suite.paired_results)))
     counts = collections.Counter(result.verdict_kind for result in suite.paired_results)

@@ -45,6 +45,13 @@ class Entry:
     """What a framework's cells may make of the model beyond its dtype: ``channels_last`` tensors, a
     ``compiled`` model (:mod:`harness.rank.numerics`). Only what has been run is claimed: Horovod
     and DeepSpeed send their tensors as contiguous memory, which channels-last weights are not."""
+    published_speed: float | None = None
+    """A framework's throughput over PyTorch DDP's (synchronous all-reduce) as seed 004 measured image
+    classification on CPU clusters, shown beside the measured ratio (:mod:`harness.report.framework_comparison`)."""
+    fused_all_reduce_bytes: int | None = None
+    """A framework's gradient exchange as the scaling model (:mod:`harness.report.scaling_model`)
+    describes it: ring all-reduces of this many bytes each (DDP's buckets, Horovod's fusion buffer);
+    None where its collectives are not that (ZeRO's reduce-scatter and gather, parameter servers)."""
 
 
 class Registry:

@@ -6,7 +6,7 @@ import math
 import statistics
 from typing import Sequence
 
-from harness.judging.stats import detect_warmup
+from harness.judging.stats import detect_warmup, throughput_point
 from harness.judging.contention import launch_contended
 
 
@@ -37,7 +37,8 @@ def summarize(records: list[dict]) -> CellMetrics:
     window = max(record["window_s"] for record in records)
     steps = min(len(record["step_times"]) for record in records)
     step_max = [max(record["step_times"][i] for record in records) for i in range(steps)]
-    throughput = images / sum(step_max) if step_max else math.nan
+    rank_steps, batches = step_samples(records)
+    throughput = throughput_point([times[:steps] for times in rank_steps], batches) if steps else math.nan
     return CellMetrics(
         throughput=throughput,
         per_rank=throughput / len(records),

@@ -392,6 +392,19 @@ def _batches(batch_per_rank: Sequence[int] | int, ranks: int) -> list[int]:
     return batches
 
 
+def throughput_point(rank_step_times: Sequence[Sequence[float]], batch_per_rank: Sequence[int] | int) -> float:
+    """The point value of :func:`throughput_interval`, without an interval: every step as slow as its
+    slowest rank, total images over total time."""
+    step_max = _slowest_rank_steps(rank_step_times)
+    return _throughput(float(sum(_batches(batch_per_rank, len(rank_step_times)))), float(step_max.mean()))
+
+
+def _throughput(images_per_step: float, mean_step_s: float | np.ndarray) -> float | np.ndarray:
+    """A synchronous job's images per second: ``n * sum(B) / sum_i max_r t_r[i]``, written with the
+    mean slowest-rank step (of one series, or of each bootstrap replicate)."""
+    return images_per_step / mean_step_s
+
+
 def _throughput_replicates(
     step_max: np.ndarray,
     images_per_step: float,
@@ -409,14 +422,14 @@ def _throughput_replicates(
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if reps < 100:
         raise ValueError(f"reps must be at least 100 for a percentile interval, got {reps}")
-    point = images_per_step / float(step_max.mean())
+    point = _throughput(images_per_step, float(step_max.mean()))
     if step_max.size < MIN_STEPS:
         return point, None, math.nan
     bootstrap = _import("arch.bootstrap", "arch")
     block = _block_length(step_max, bootstrap)
     resampler = bootstrap.StationaryBootstrap(block, step_max, seed=np.random.default_rng(seed))
     means = resampler.apply(lambda sample: np.atleast_1d(sample.mean()), reps)[:, 0]
-    replicates = images_per_step / means
+    replicates = _throughput(images_per_step, means)
     return point, point + _expansion(step_max.size / block, confidence) * (replicates - point), block
 
 

@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 from harness.judging.metrics import step_samples
 from harness.judging.stats import Estimate, efficiency_interval
 from harness.rank.cell import Cell
+from harness.rank.frameworks import FRAMEWORKS
 
 REFERENCE_FRAMEWORK = "ddp"
 
@@ -39,14 +40,10 @@ class PublishedRatio:
     quote: str
 
 
-PUBLISHED_RATIOS = {
-    "tensorflow": PublishedRatio(framework="tensorflow", ratio=1 / 2.65, source=SEED_004, quote=SEED_004_QUOTE),
-    "mxnet": PublishedRatio(framework="mxnet", ratio=1.38, source=SEED_004, quote=SEED_004_QUOTE),
-    "mxnet_ps_sync": PublishedRatio(framework="mxnet_ps_sync", ratio=1.38, source=SEED_004, quote=SEED_004_QUOTE),
-}
-"""Seed 004 measured image classification on CPU clusters; dlscale's frameworks it names. MXNet
-trains distributed through its kvstore, a parameter server either way here: the ``mxnet`` cell's one
-server beside rank 0, or ``mxnet_ps_sync``'s serving ranks."""
+PUBLISHED_RATIOS = {name: PublishedRatio(framework=name, ratio=FRAMEWORKS.entry(name).published_speed,
+                                         source=SEED_004, quote=SEED_004_QUOTE)
+                    for name in FRAMEWORKS.names() if FRAMEWORKS.entry(name).published_speed is not None}
+"""The frameworks whose registry entries carry seed 004's ratio (CPU clusters)."""
 
 PUBLISHED_NOTES = ((SEED_004, SEED_004_QUOTE, "CPU clusters; the ratios in the table's last column"),
                    (SEED_002, SEED_002_QUOTE, "V100 GPUs: E_G 0.84 at 12 GPUs, beside the summary's E_G column"),

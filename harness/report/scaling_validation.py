@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from harness.rank.frameworks import FRAMEWORKS
 from harness.report.collectives import gradient_bytes
 from harness.report.network import Link
 from harness.report.projection import STUDY_RUNTIMES, throughput_for
@@ -46,7 +47,6 @@ HDR_PER_GPU = Link(latency_s=5e-6, bandwidth=0.85 * 25e9, latency_range=(2e-6, 1
                    bandwidth_range=(0.70 * 25e9, 25e9),
                    source="one HDR InfiniBand adapter (200 Gb/s) per GPU, 70-100% reached")
 NETWORK = Network(intra=NVLINK, inter=HDR_PER_GPU, gpus_per_node=GPUS_PER_NODE)
-BUCKET_BYTES = {"ddp": 25 * 2**20, "horovod": 64 * 2**20}
 JITTER_POINT = {"model": "resnet50", "loader": "dali-cpu", "frameworks": ["ddp", "horovod"], "gpus": 1024}
 FILE_SYSTEM_POINT = {"model": "resnet50", "loader": "native", "frameworks": ["horovod"], "gpus": 128}
 
@@ -66,7 +66,7 @@ def study_cell(model: str, framework: str, jitter_share: float = 0.0) -> CellMod
     return CellModel(name=f"{framework}-{model} (study)", reference_gpus=1, batch_per_gpu=BATCH_PER_GPU,
                      compute_s=step, optimizer_s=0.0, data_s=0.0, exposed_s=0.0, jitter_s=jitter_share * step,
                      gradient_bytes=gradient_bytes(model),
-                     bucket_bytes=BUCKET_BYTES.get(framework, BUCKET_BYTES["ddp"]))
+                     bucket_bytes=FRAMEWORKS.entry(framework).fused_all_reduce_bytes)
 
 
 def _point(published: Mapping, where: Mapping) -> Mapping:
@@ -122,8 +122,8 @@ def validate(published: Mapping, fitted: Fitted) -> list[Check]:
         if point["model"] not in {r.model for r in STUDY_RUNTIMES} or point.get("conflicts"):
             continue  # no runtime of that model on one node is published to fit it on
         framework = (point.get("frameworks") or ["ddp"])[0]
-        if framework == "deepspeed":
-            continue  # its ZeRO all-reduces are not the ring this model describes
+        if FRAMEWORKS.entry(framework).fused_all_reduce_bytes is None:
+            continue  # its collectives are not the ring all-reduces this model describes
         gpus = point.get("gpus") or point["gpus_range"][1]
         native = point["loader"] == "native"
         prediction = predict(study_cell(point["model"], framework, fitted.jitter_share), NETWORK, [gpus],

@@ -24,7 +24,7 @@ from harness.judging.kinds import VerdictKind
 from harness.judging.recording import accuracy_entry, baseline_entries
 from harness.judging.verdicts import judge_accuracy, measured_enough
 from harness.launch.launchers import LAUNCHERS, Launcher, default_launcher_name
-from harness.launch.runner import CellRun, run_cell
+from harness.launch.runner import CellRun, RunLimits, run_cell
 from harness.machine.allocation import launch_environment
 from harness.machine.environment import capture as capture_environment
 from harness.machine import references
@@ -51,6 +51,32 @@ __all__ = ["Suite", "SuiteError", "SuiteOptions", "CellResult", "AccuracyResult"
 ACCURACY_SETTINGS = AccuracySettings()
 
 
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """The ``--against`` side: its environment, a launcher that gives its ranks its variables, and
+    how it differs from the current environment."""
+    environment: references.Environment
+    launcher: Launcher
+    difference: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What :meth:`Suite.prepare` checked and found before the first cell: fixed for the session."""
+    system: str
+    baselines: BaselineFile
+    launcher: Launcher
+    workload: Workload
+    cores_per_rank: int | None
+    limits: RunLimits
+    packages: dict[str, str]
+    provenance: dict
+    environment: dict
+    current_environment: references.Environment
+    reference: Reference | None
+    run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+
 class Suite:
     def __init__(self, options: SuiteOptions):
         self.options = options
@@ -65,7 +91,8 @@ class Suite:
         """Cells measured as an A/B against the reference environment (``--against``)."""
         self.cut_short: list[str] = []
         """Cells an interrupt ended before any launch of theirs was judged."""
-        self._prepared = False
+        self.prepared: Prepared | None = None
+        """Set by :meth:`prepare`; None until it succeeded."""
         check_settings(options)
         self.matrix = preflight.matrix_of(options)
         try:
@@ -115,73 +142,71 @@ class Suite:
         name = self.options.profile
         return PROFILES[("study" if self.uses_gpus else "cpu-small") if name == "auto" else name]
 
-    def workload(self) -> Workload:
+    def _workload(self, data_dir: Path | None, tfrecord_dir: Path | None) -> Workload:
         o = self.options
         return self.profile.workload.replace(image_size=o.image_size, batch_size=o.batch_size, steps=o.steps,
                                          warmup_steps=o.warmup_steps, num_workers=o.num_workers,
                                          ps_servers=o.ps_servers,
-                                         data_dir=str(self.data_dir) if self.data_dir else None,
-                                         tfrecord_dir=str(self.tfrecord_dir) if self.tfrecord_dir else None)
+                                         data_dir=str(data_dir) if data_dir else None,
+                                         tfrecord_dir=str(tfrecord_dir) if tfrecord_dir else None)
 
-    def prepare(self) -> None:
+    def prepare(self) -> Prepared:
         """Check everything a cell needs, once, before the first cell starts."""
-        if self._prepared:
-            return
+        if self.prepared:
+            return self.prepared
         options = self.options
         if options.gpus:
             preflight.check_rank_counts(options, self.cells(), self.ps_servers, *self._rank_capacity)
         preflight.check_numerics(self.cells(), self.uses_gpus)
         preflight.check_writable_places(options)
-        self.data_dir, self.tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()},
-                                                                   self.profile.dataset)
-        self.launcher: Launcher = preflight.usable_launcher(self.launcher_name, self.launch_environment,
-                                                            options.partition)
+        data_dir, tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()},
+                                                        self.profile.dataset)
+        launcher = preflight.usable_launcher(self.launcher_name, self.launch_environment, options.partition)
         try:
-            self.system = detect_system(options.system, options.partition)
+            system = detect_system(options.system, options.partition)
         except ValueError as error:
             raise SuiteError(str(error)) from None
-        self.baselines = BaselineFile.load(options.baselines_dir / f"{self.system}.json", self.system)
-        preflight.check_baseline_cells(self.baselines)
+        baselines = BaselineFile.load(options.baselines_dir / f"{system}.json", system)
+        preflight.check_baseline_cells(baselines)
         if options.history_dir is not None:
-            preflight.check_history(options.history_dir / f"{self.system}.jsonl")
-        self._workload = self.workload()
-        self.cores_per_rank = preflight.cores_per_rank(options, preflight.processes(
-            self.cells(), self.ps_servers, self._rank_capacity[0]), self.uses_gpus)
-        self._packages = installed_packages()
-        self._provenance = provenance(HARNESS_SOURCE, self._packages, tracked=tracked_packages())
-        self._environment = capture_environment()
-        self.run_id = uuid.uuid4().hex[:12]
-        self.limits = preflight.run_limits(options)
-        self.current_environment = references.current(self.launch_environment)
-        if options.against:
-            self._prepare_reference()
-        self._prepared = True
+            preflight.check_history(options.history_dir / f"{system}.jsonl")
+        packages = installed_packages()
+        current_environment = references.current(self.launch_environment)
+        self.prepared = Prepared(
+            system=system, baselines=baselines, launcher=launcher, workload=self._workload(data_dir, tfrecord_dir),
+            cores_per_rank=preflight.cores_per_rank(options, preflight.processes(
+                self.cells(), self.ps_servers, self._rank_capacity[0]), self.uses_gpus),
+            limits=preflight.run_limits(options), packages=packages,
+            provenance=provenance(HARNESS_SOURCE, packages, tracked=tracked_packages()),
+            environment=capture_environment(), current_environment=current_environment,
+            reference=self._reference(current_environment) if options.against else None)
+        return self.prepared
 
-    def _prepare_reference(self) -> None:
+    def _reference(self, current: references.Environment) -> Reference:
         """The reference environment built, and a launcher that gives its ranks its variables."""
         try:
-            self.reference_environment = references.build(self.options.against, self.current_environment)
+            environment = references.build(self.options.against, current)
         except references.ReferenceError as error:
             raise SuiteError(str(error)) from None
-        self.reference_launcher = preflight.usable_launcher(
-            self.launcher_name, dict(self.reference_environment.launch_environment), self.options.partition)
-        self.environment_difference = references.difference(self.reference_environment, self.current_environment)
+        return Reference(environment=environment, launcher=preflight.usable_launcher(
+            self.launcher_name, dict(environment.launch_environment), self.options.partition),
+            difference=references.difference(environment, current))
 
     # -- measuring -------------------------------------------------------------------------------
     def measure(self, cell: Cell, on_progress: Callable[[str], None] | None = None) -> CellResult:
         """Launch the cell until its throughput interval is narrow enough and its verdict is not
         inconclusive, or until its measuring budget is spent; judge the pooled samples."""
-        self.prepare()
-        result = CellResult(cell=cell, runs=[], config_hash=config_hash(dataclasses.asdict(self._workload), cell))
+        ready = self.prepare()
+        result = CellResult(cell=cell, runs=[], config_hash=config_hash(dataclasses.asdict(ready.workload), cell))
         started = time.monotonic()
         try:
             while True:
-                run = run_cell(cell, self._workload, self.launcher, workdir=self.options.workdir,
-                               limits=self.limits, options=self._rank_options(), on_progress=on_progress)
+                run = run_cell(cell, ready.workload, ready.launcher, workdir=self.options.workdir,
+                               limits=ready.limits, options=self._rank_options(), on_progress=on_progress)
                 with INTERRUPTS.protect(raise_pending=False):  # a judged launch is kept whole
                     result.runs.append(run)
                     if run.ok:
-                        evaluate(result, config=dataclasses.asdict(self._workload), baselines=self.baselines,
+                        evaluate(result, config=dataclasses.asdict(ready.workload), baselines=ready.baselines,
                                  reference_cell=preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers),
                                  earlier=self.results, use_yardstick=self.options.yardstick)
                 if not run.ok or self._measured_enough(result, started, run.wall_s):
@@ -201,15 +226,15 @@ class Suite:
     def measure_against(self, cell: Cell, on_progress: Callable[[str], None] | None = None) -> PairedResult:
         """Measure the cell as pairs of launches, the reference environment's (``--against``) and the
         current one's, on the same nodes in balanced random order; judge the pairs' ratios."""
-        self.prepare()
-        reason = preflight.cannot_start_in(self.reference_environment, cell.framework)
+        ready = self.prepare()
+        reason = preflight.cannot_start_in(ready.reference.environment, cell.framework)
         if reason:
-            result = PairedResult(cell=cell, reference=self.reference_environment, error=reason)
+            result = PairedResult(cell=cell, reference=ready.reference.environment, error=reason)
         else:
             current_runs: list[CellRun] = []
-            result = self._pairs(cell, self.reference_environment, self.reference_launcher, on_progress,
+            result = self._pairs(cell, ready.reference.environment, ready.reference.launcher, on_progress,
                                  current_runs=current_runs)
-            if result.pairs and self.baselines.entry(cell.id):
+            if result.pairs and ready.baselines.entry(cell.id):
                 result.stored_baseline = self._stored_verdict(cell, current_runs)
         reference_cell = preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers)
         for earlier in self.paired_results:
@@ -224,7 +249,8 @@ class Suite:
     def confirm(self, result: CellResult, on_progress: Callable[[str], None] | None = None) -> Confirmation:
         """Confirm a cell's stored-baseline verdict by an A/B against the environment its baseline
         was recorded with, on this node now: a software or a system change (harness.session.paired)."""
-        recorded = (self.baselines.entry(result.cell.id) or {}).get("provenance") or {}
+        ready = self.prepare()
+        recorded = (ready.baselines.entry(result.cell.id) or {}).get("provenance") or {}
         try:
             reference = self._baseline_environment(recorded, result.stack_changes)
         except references.ReferenceError as error:
@@ -235,9 +261,9 @@ class Suite:
                     cause="system", message=f"system: the baseline was recorded with this very environment (commit "
                                             f"{str(recorded['git_commit'])[:10]}, the same packages): the node changed")
             else:
-                confirmation = confirmed_by(self._pairs(result.cell, reference, self.launcher, on_progress),
+                confirmation = confirmed_by(self._pairs(result.cell, reference, ready.launcher, on_progress),
                                             references.describe_difference(
-                                                references.difference(reference, self.current_environment)))
+                                                references.difference(reference, ready.current_environment)))
         result.confirmation = confirmation.to_json()
         self._keep_results()
         return confirmation
@@ -246,6 +272,7 @@ class Suite:
         """The environment a baseline entry's provenance names, as a reference; None where it is the
         current one. :class:`references.ReferenceError` where it cannot be built here. A baseline from
         before full package sets were kept is compared by the tracked software (``stack_changes``)."""
+        ready = self.prepare()
         commit = recorded.get("git_commit")
         if not commit:
             raise references.ReferenceError("the baseline records no git commit")
@@ -253,17 +280,18 @@ class Suite:
         if recorded_packages is None and stack_changes:
             raise references.ReferenceError(f"its full package set was not kept, and its packages differ "
                                             f"({', '.join(stack_changes[:4])}{' ...' if len(stack_changes) > 4 else ''})")
-        pins = references.pins_to_rebuild(recorded_packages or {}, self._packages, references.project_distributions())
-        if not pins and commit == self.current_environment.commit and not references.uncommitted_changes():
+        pins = references.pins_to_rebuild(recorded_packages or {}, ready.packages, references.project_distributions())
+        if not pins and commit == ready.current_environment.commit and not references.uncommitted_changes():
             return None
-        return references.build([f"git:{commit}", *pins], self.current_environment)
+        return references.build([f"git:{commit}", *pins], ready.current_environment)
 
     def _stored_verdict(self, cell: Cell, runs: list[CellRun]) -> dict:
         """The stored-baseline verdict of ``runs`` (an A/B's current side), pooled as :meth:`measure`
         pools a cell's launches; without the yardstick, which pairs do not run."""
+        ready = self.prepare()
         judged = CellResult(cell=cell, runs=[run for run in runs if run.ok],
-                            config_hash=config_hash(dataclasses.asdict(self._workload), cell))
-        evaluate(judged, config=dataclasses.asdict(self._workload), baselines=self.baselines,
+                            config_hash=config_hash(dataclasses.asdict(ready.workload), cell))
+        evaluate(judged, config=dataclasses.asdict(ready.workload), baselines=ready.baselines,
                  reference_cell=preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers), earlier=[],
                  use_yardstick=False)
         return {"verdict": judged.verdict, "throughput": to_json(judged.throughput), "launches": len(judged.runs),
@@ -273,7 +301,8 @@ class Suite:
 
     def _pairs(self, cell: Cell, reference: references.Environment, reference_launcher: Launcher,
                on_progress: Callable[[str], None] | None, current_runs: list[CellRun] | None = None) -> PairedResult:
-        sides = {"reference": (reference_launcher, reference), "current": (self.launcher, self.current_environment)}
+        ready = self.prepare()
+        sides = {"reference": (reference_launcher, reference), "current": (ready.launcher, ready.current_environment)}
 
         def launch(side: str) -> CellRun:
             launcher, environment = sides[side]
@@ -292,13 +321,14 @@ class Suite:
         """One launch of ``cell`` in ``environment`` (an A/B's side, a bisect's point), its files under
         the workdir's ``place``. Without the yardstick: the ratios of launches side by side cancel the
         node's speed, which it would time."""
-        self.prepare()
-        return run_cell(cell, self._workload, launcher or self.launcher, workdir=self.options.workdir / place,
-                        limits=self.limits, options=dataclasses.replace(self._rank_options(), yardstick=False),
+        ready = self.prepare()
+        return run_cell(cell, ready.workload, launcher or ready.launcher, workdir=self.options.workdir / place,
+                        limits=ready.limits, options=dataclasses.replace(self._rank_options(), yardstick=False),
                         on_progress=on_progress, source=environment.source, python=environment.python)
 
     def _rank_options(self) -> RankOptions:
-        return RankOptions(device=self.options.device, cores_per_rank=self.cores_per_rank or None,
+        ready = self.prepare()
+        return RankOptions(device=self.options.device, cores_per_rank=ready.cores_per_rank or None,
                            fault=Fault(**self.options.fault) if self.options.fault else None)
 
     def _measured_enough(self, result: CellResult, started: float, last_wall_s: float) -> bool:
@@ -325,30 +355,31 @@ class Suite:
 
     def _append_history(self, result: CellResult | AccuracyResult) -> None:
         """One line per measured cell in ``history/<system>.jsonl``, written as soon as it is known."""
+        ready = self.prepare()
         if self.options.history_dir is None:
             return
-        row = result.history_row(run_id=self.run_id, git_commit=self._provenance["git_commit"])
-        append_history(self.options.history_dir / f"{self.system}.jsonl", [row])
+        row = result.history_row(run_id=ready.run_id, git_commit=ready.provenance["git_commit"])
+        append_history(self.options.history_dir / f"{ready.system}.jsonl", [row])
 
     def history_rows(self) -> list[dict]:
         """The system's history lines, this session's included; none where it keeps no history."""
-        if self.options.history_dir is None or not self._prepared:
+        if self.options.history_dir is None or self.prepared is None:
             return []
-        return read_history(self.options.history_dir / f"{self.system}.jsonl")[0]
+        return read_history(self.options.history_dir / f"{self.prepared.system}.jsonl")[0]
 
     def measure_accuracy(self, cell: AccuracyCell,
                          on_progress: Callable[[str], None] | None = None) -> "AccuracyResult":
         """Train the accuracy task once under the cell's framework; judge its final accuracy."""
-        self.prepare()
-        run = run_cell(cell, None, self.launcher, workdir=self.options.workdir, limits=self.limits,
+        ready = self.prepare()
+        run = run_cell(cell, None, ready.launcher, workdir=self.options.workdir, limits=ready.limits,
                        options=RankOptions(device=self.options.device,
                                            accuracy=dataclasses.asdict(ACCURACY_SETTINGS)),
                        on_progress=on_progress)
         result = AccuracyResult(cell=cell, run=run, config_hash=ACCURACY_SETTINGS.config_hash(cell))
         if run.ok:
             result.outcome = min(run.records, key=lambda r: r["rank"])
-            result.verdict = judge_accuracy(result.outcome["final_val_accuracy"], self.baselines.entry(cell.id),
-                                            self.baselines.reference(cell.id, "accuracy"),
+            result.verdict = judge_accuracy(result.outcome["final_val_accuracy"], ready.baselines.entry(cell.id),
+                                            ready.baselines.reference(cell.id, "accuracy"),
                                             config_hash=result.config_hash)
         self.accuracy_results.append(result)
         self._keep(result)
@@ -356,17 +387,19 @@ class Suite:
 
     # -- after the cells -------------------------------------------------------------------------
     def results_document(self) -> dict:
+        """The session's results file: what it measured, and where it ran (unknown before :meth:`prepare`)."""
+        ready = self.prepared
+        reference = ready and ready.reference
         return {
-            "system": getattr(self, "system", None), "launcher": self.launcher_name, "run_id": self.run_id,
-            "cores_per_rank": getattr(self, "cores_per_rank", None),
-            "workload": dataclasses.asdict(self._workload) if self._prepared else None,
-            "provenance": self._provenance, "environment": self._environment,
+            "system": ready and ready.system, "launcher": self.launcher_name, "run_id": ready and ready.run_id,
+            "cores_per_rank": ready and ready.cores_per_rank,
+            "workload": dataclasses.asdict(ready.workload) if ready else None,
+            "provenance": ready and ready.provenance, "environment": ready and ready.environment,
             "launch_environment": self.launch_environment,
             "cells": [result.to_json() for result in self.results],
             "accuracy_cells": [result.to_json() for result in self.accuracy_results],
-            "against": {"reference": self.reference_environment.to_json(),
-                        "current": self.current_environment.to_json(),
-                        "difference": self.environment_difference} if self.options.against and self._prepared else None,
+            "against": {"reference": reference.environment.to_json(), "current": ready.current_environment.to_json(),
+                        "difference": reference.difference} if reference else None,
             "paired_cells": [result.to_json() for result in self.paired_results],
         }
 
@@ -378,17 +411,18 @@ class Suite:
         """Write the completed cells into the baseline file. A cell measured several times
         (``--repeat``) is stored as the mean of its repeats with a band derived from their spread
         (:mod:`harness.judging.recording`)."""
-        entries, kept = baseline_entries(self.results, config=dataclasses.asdict(self._workload),
-                                         provenance=self._provenance, band_floor=self.options.band_floor,
+        ready = self.prepare()
+        entries, kept = baseline_entries(self.results, config=dataclasses.asdict(ready.workload),
+                                         provenance=ready.provenance, band_floor=self.options.band_floor,
                                          accept_regressions=self.options.accept_regressions,
                                          widest=self.options.widest_baseline, use_yardstick=self.options.yardstick)
         self.baselines_kept.extend(kept)
-        entries += [accuracy_entry(result, config=dataclasses.asdict(ACCURACY_SETTINGS), provenance=self._provenance)
+        entries += [accuracy_entry(result, config=dataclasses.asdict(ACCURACY_SETTINGS), provenance=ready.provenance)
                     for result in self.accuracy_results if result.outcome]
         if not entries:
             return []
         try:
-            environments.keep(self.options.baselines_dir, self._packages)
+            environments.keep(self.options.baselines_dir, ready.packages)
         except OSError as error:
             raise BaselineError(f"cannot keep the environment's package set: {error.strerror}: {error.filename}") from None
-        return self.baselines.update(entries)
+        return ready.baselines.update(entries)

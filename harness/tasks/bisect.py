@@ -142,8 +142,8 @@ class Bisect:
 
     def environment(self, index: int) -> references.Environment:
         if index not in self.environments:
-            self.environments[index] = references.build(self.points[index].parts, self.suite.current_environment,
-                                                        repo=self.repo)
+            current = self.suite.prepare().current_environment
+            self.environments[index] = references.build(self.points[index].parts, current, repo=self.repo)
         return self.environments[index]
 
     def launch(self, index: int) -> CellRun:
@@ -418,14 +418,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                               f"{', '.join(c.id for c in suite.cells()) or 'none'}")
         if reason := suite.skip_reason(cell):
             raise BisectError(f"{cell.id} cannot run here: {reason}")
-        suite.prepare()
+        ready = suite.prepare()
 
         def say(line: str) -> None:
             print(line, flush=True)
 
         def start(points: list[Point], state: Path, budget: Settings) -> dict:
             say(f"dlscale-bisect {cell.id}: {len(points) - 1} point(s) after {points[0].label} up to "
-                f"{points[-1].label}, launcher {suite.launcher.name}")
+                f"{points[-1].label}, launcher {ready.launcher.name}")
             return Bisect(suite, cell, args.repo, points, budget, state, seed=args.seed, say=say).run()
 
         if by_packages:

@@ -335,7 +335,7 @@ def record_baseline(config: SelftestConfig, say: Callable[[str], None]) -> tuple
         say(f"baseline {index + 1}/{config.baseline_runs}: {result.throughput.text(2)} img/s, "
             f"{len(result.runs)} launch(es), {measured[-1].wall_s:.0f} s")
     suite.update_baselines()
-    if suite.baselines_kept or suite.baselines.reference(config.cell.id, "throughput") is None:
+    if suite.baselines_kept or suite.prepared.baselines.reference(config.cell.id, "throughput") is None:
         raise RuntimeError(f"the suite recorded no baseline: {'; '.join(suite.baselines_kept) or 'no entry written'}")
     return suite, measured
 
@@ -347,7 +347,7 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
     load_before = os.getloadavg()[0]
     regressions = config.regressions_or_default()
     recorder, baseline = record_baseline(config, say)
-    reference = recorder.baselines.reference(config.cell.id, "throughput")
+    reference = recorder.prepared.baselines.reference(config.cell.id, "throughput")
     say(f"baseline {reference.value:.2f} img/s, band {reference.lower:+.1%} / {reference.upper:+.1%}")
 
     suites = {regression.name: suite_for(config, regression) for regression in (UNCHANGED, *regressions)}
@@ -371,7 +371,7 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
             f"{rerun.throughput.text(2) if rerun.throughput else 'no figure'}{change}, {seen}, "
             f"{rerun.launches} launch(es) -> {rerun.verdict}" + (f": {rerun.message}" if rerun.verdict == "error" else ""))
     return SelftestReport(config=config, regressions=regressions, launcher=recorder.launcher_name,
-                          cores_per_rank=recorder.cores_per_rank, workload=dataclasses.asdict(recorder.workload()),
+                          cores_per_rank=recorder.prepared.cores_per_rank, workload=dataclasses.asdict(recorder.prepared.workload),
                           reference=reference, baseline=baseline, reruns=reruns, wall_s=time.monotonic() - started,
                           load=(load_before, os.getloadavg()[0]))
 

@@ -8,7 +8,10 @@ _FRAMEWORKS_SCRIPT = "bash ci/install_frameworks.sh .venv"
 # DDP, Horovod and DeepSpeed train in every dtype: autocast, and for fp16 a gradient scaler their
 # adapters step with (DeepSpeed: its own bf16 and fp16)
 _HOROVOD = {"requires": "horovod.torch", "install": f"{_FRAMEWORKS_SCRIPT} (builds Horovod against your torch)",
-            "stack": {"horovod": "horovod"}, "uses_mpi": True, "dtypes": DTYPES}
+            "stack": {"horovod": "horovod"}, "uses_mpi": True, "dtypes": DTYPES,
+            "fused_all_reduce_bytes": 64 * 2**20}
+"""The fusion buffer the scaling model was validated with; the adapter leaves Horovod's own (128 MB
+in the releases here, :mod:`harness.rank.frameworks.horovod_common`), so one of the two is stale."""
 _DEEPSPEED = {"requires": "deepspeed", "install": f"pip install 'dlscale[deepspeed]' or {_FRAMEWORKS_SCRIPT}",
               "stack": {"deepspeed": "deepspeed"}, "dtypes": DTYPES}
 _TORCH_PS_DTYPES = ("fp32", "tf32", "bf16")
@@ -16,23 +19,30 @@ _TORCH_PS_DTYPES = ("fp32", "tf32", "bf16")
 
 _TENSORFLOW = {"runtime": "tensorflow", "stack": {"tensorflow": "tensorflow", "keras": "keras"}}
 _MXNET = {"runtime": "mxnet", "stack": {"mxnet": "mxnet"}}
+# Seed 004's synchronous ratios over PyTorch (quoted in harness.report.framework_comparison). MXNet
+# trains distributed through its kvstore, a parameter server either way here: the mxnet cell's one
+# server beside rank 0, or mxnet_ps_sync's serving ranks.
+_TENSORFLOW_OVER_TORCH, _MXNET_OVER_TORCH = 1 / 2.65, 1.38
 _TORCH_PS = "harness.rank.frameworks.torch_ps:TorchPSAdapter"
 _MXNET_PS = "harness.rank.frameworks.mxnet_ps:MXNetPSAdapter"
 
 FRAMEWORKS = Registry("framework", {
-    "ddp": Entry("harness.rank.frameworks.ddp:DDPAdapter", dtypes=DTYPES, model_forms=(CHANNELS_LAST, COMPILED)),
+    "ddp": Entry("harness.rank.frameworks.ddp:DDPAdapter", dtypes=DTYPES, model_forms=(CHANNELS_LAST, COMPILED),
+                 fused_all_reduce_bytes=25 * 2**20),  # torch's default bucket, which the adapter keeps
     "horovod": Entry("harness.rank.frameworks.horovod:HorovodAdapter", **_HOROVOD),
     "deepspeed": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", **_DEEPSPEED),
     "deepspeed_zero1": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", {"zero_stage": 1}, **_DEEPSPEED),
     "deepspeed_zero2": Entry("harness.rank.frameworks.deepspeed:DeepSpeedAdapter", {"zero_stage": 2}, **_DEEPSPEED),
-    "tensorflow": Entry("harness.rank.frameworks.tensorflow:TensorFlowAdapter", **_TENSORFLOW),
+    "tensorflow": Entry("harness.rank.frameworks.tensorflow:TensorFlowAdapter", **_TENSORFLOW,
+                        published_speed=_TENSORFLOW_OVER_TORCH),
     "horovod_tf": Entry("harness.rank.frameworks.horovod_tf:HorovodTFAdapter", requires="horovod",
                         install="bash ci/install_horovod_tf.sh (builds Horovod against TensorFlow)", uses_mpi=True,
                         runtime="tensorflow", stack={**_TENSORFLOW["stack"], "horovod": "horovod"}),
-    "mxnet": Entry("harness.rank.frameworks.mxnet:MXNetAdapter", **_MXNET),
+    "mxnet": Entry("harness.rank.frameworks.mxnet:MXNetAdapter", **_MXNET, published_speed=_MXNET_OVER_TORCH),
     "torch_ps_sync": Entry(_TORCH_PS, {"mode": "sync"}, knobs=("ps_servers",), dtypes=_TORCH_PS_DTYPES),
     "torch_ps_async": Entry(_TORCH_PS, {"mode": "async"}, knobs=("ps_servers",), dtypes=_TORCH_PS_DTYPES),
-    "mxnet_ps_sync": Entry(_MXNET_PS, {"mode": "sync"}, knobs=("ps_servers",), **_MXNET),
+    "mxnet_ps_sync": Entry(_MXNET_PS, {"mode": "sync"}, knobs=("ps_servers",), **_MXNET,
+                           published_speed=_MXNET_OVER_TORCH),
     "mxnet_ps_async": Entry(_MXNET_PS, {"mode": "async"}, knobs=("ps_servers",), **_MXNET),
     "tensorflow_ps_async": Entry("harness.rank.frameworks.tensorflow_ps:TensorFlowPSAdapter", {"mode": "async"},
                                  knobs=("ps_servers",), **_TENSORFLOW),
