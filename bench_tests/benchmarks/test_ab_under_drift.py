@@ -20,6 +20,7 @@ How the machine slows (DLSCALE_DRIFT):
 
     DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_ab_under_drift.py -s
     DLSCALE_DRIFT=neighbour DLSCALE_DRIFT_BUSY=0.4 ...
+    DLSCALE_DRIFT_MAX_PAIRS=64 ...    # more pairs than the suite's default 32
 
 Not part of ordinary runs (5-10 minutes on a 2-core VM).
 """
@@ -39,6 +40,7 @@ import pytest
 from bench_tests.benchmarks.ab_common import only_when_asked, start_suite  # noqa: F401 (a fixture)
 
 QUIET_PAIRS = int(os.environ.get("DLSCALE_DRIFT_AFTER", "2"))
+MAX_PAIRS = os.environ.get("DLSCALE_DRIFT_MAX_PAIRS", "32")
 DRIFT = os.environ.get("DLSCALE_DRIFT", "quota")
 QUOTA = float(os.environ.get("DLSCALE_DRIFT_QUOTA", "0.7"))
 """The cores' share the quota leaves the session: on a 2-core VM 0.8 slowed a bare 2-thread ResNet44
@@ -127,7 +129,7 @@ def test_pairs_see_no_change_where_a_stored_figure_sees_the_drift(tmp_path):
     log_path = tmp_path / "aa.log"
     with open(log_path, "w") as log, drift() as slow_down:
         session = start_suite(tmp_path, "drift", "--against", f"pkg:numpy=={importlib.metadata.version('numpy')}",
-                              "--results-json", "aa.json", "-s", log=log)
+                              "--max-pairs", MAX_PAIRS, "--results-json", "aa.json", "-s", log=log)
         # the first pairs on the quiet machine: timed from the recording's launches (the session's
         # progress lines are throttled, so they cannot be counted)
         quiet_until = time.monotonic() + 2 * QUIET_PAIRS * recording_s / (recorded["runs"] + 1)
