@@ -23,11 +23,17 @@ def git(project: Path, *args: str) -> str:
                            *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def slower_step(project: Path) -> None:
-    """Every training step does its forward and backward three times: real work, not a sleep."""
-    loop = project / "harness" / "rank" / "trainloop.py"
-    assert loop.read_text().count(STEP) == 1, "the training loop's step changed: update the regression's patch"
-    loop.write_text(loop.read_text().replace(STEP, SLOWER_STEP))
+def step_patch(step: str) -> Change:
+    """A change that puts ``step`` (the training loop's step with real work added) in the step's place."""
+    def change(project: Path) -> None:
+        loop = project / "harness" / "rank" / "trainloop.py"
+        assert loop.read_text().count(STEP) == 1, "the training loop's step changed: update the regression's patch"
+        loop.write_text(loop.read_text().replace(STEP, step))
+    return change
+
+
+slower_step = step_patch(SLOWER_STEP)
+"""Every training step does its forward and backward three times: real work, not a sleep."""
 
 
 def harmless(note: str) -> Change:

@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from pathlib import Path
 
 from bench_tests.benchmarks.ab_common import LAUNCHER, compare, exact_interval, only_when_asked  # noqa: F401
-from bench_tests.projects import STEP, throwaway_project
+from bench_tests.projects import STEP, step_patch, throwaway_project
 
 COMPARISONS = int(os.environ.get("DLSCALE_AB_POWER_COMPARISONS", "10"))
 MAX_PAIRS = "32"
@@ -39,12 +38,6 @@ pairs: too small for the 3% minimum effect to call), two images every third step
 MORE_WORK_SUBJECT = f"every step {EVERY} apart also trains on {IMAGES} image(s) of its batch once more"
 MORE_WORK = STEP + (f"            if index % {EVERY} == 0:\n"
                     f"                adapter.forward_backward(images[:{IMAGES}], labels[:{IMAGES}])\n")
-
-
-def _more_work(project: Path) -> None:
-    loop = project / "harness" / "rank" / "trainloop.py"
-    assert loop.read_text().count(STEP) == 1, "the training loop's step changed: update the regression's patch"
-    loop.write_text(loop.read_text().replace(STEP, MORE_WORK))
 
 
 def _power(kind: str, rows: list[dict], least: int) -> None:
@@ -65,7 +58,7 @@ def test_a_compute_regression_of_about_15_percent_is_called_regressed(tmp_path):
 
 
 def test_a_commit_adding_work_to_the_step_is_found_within_32_pairs(tmp_path):
-    project = throwaway_project(tmp_path / "project", [(MORE_WORK_SUBJECT, _more_work)])
+    project = throwaway_project(tmp_path / "project", [(MORE_WORK_SUBJECT, step_patch(MORE_WORK))])
     cache = {"DLSCALE_CACHE": str(tmp_path / "cache")}  # the parent's worktree built once for all ten
     rows = [compare(project, "commit", index, COMPARISONS, "--max-pairs", MAX_PAIRS, "--against", "git:HEAD~1",
                     project=project, env=cache)
