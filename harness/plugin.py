@@ -423,7 +423,7 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
     terminalreporter.section("dlscale summary")
     terminalreporter.write_line(f"system {ready.system}, launcher {suite.launcher_name}, baselines {ready.baselines.path}"
                                 + _cores_words(suite))
-    terminalreporter.write_line(format_table(summary_rows(suite.results, ready.baselines)))
+    terminalreporter.write_line(format_table(summary_rows([result.to_json() for result in suite.results])))
     ratios = framework_ratios((result.cell, result.records) for result in suite.results if result.metrics)
     if ratios:
         terminalreporter.write_line(f"frameworks side by side (throughput over {REFERENCE_FRAMEWORK}'s, same run):")

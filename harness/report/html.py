@@ -22,6 +22,7 @@ from harness.common.jsonio import finite_number
 from harness.config.cells import scaling_cell
 from harness.judging.breakdown import PARTS, BreakdownUnavailable, breakdown_rows, cell_breakdown
 from harness.judging.kinds import VerdictKind
+from harness.judging.stats import Estimate
 from harness.report.collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes,
                                         load_collectives, lower_bound_rows, parameter_count, peak_busbw)
 from harness.report import scaling_model, scaling_validation
@@ -30,12 +31,15 @@ from harness.report.framework_comparison import (PUBLISHED_NOTES, REFERENCE_FRAM
 from harness.report.network import collectives_link
 from harness.report.plots import estimate, plot_history, write_all
 from harness.report.projection import projection_rows, reference_rows, time_to_train_s
+from harness.report.tables import summary_rows
 from harness.store.history import read as read_history
 
 DEFAULT_PUBLISHED = Path(__file__).resolve().with_name("published-aach2023.json")
 """The study's published figures (Aach et al. 2023), shipped with the package."""
 COLLECTIVES_FILE = Path("results") / "collectives.json"
 """Where the collective benchmark writes, relative to the project's root (or the current directory)."""
+VERDICT_ROW_CLASSES = {VerdictKind.FAIL: "fail", "error": "fail", VerdictKind.PASS: "pass"}
+"""The summary's rows coloured by the verdict's first word (``error (timeout)`` is an error)."""
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; max-width: 1400px; color: #222; }
@@ -64,33 +68,10 @@ def _table(rows: Sequence[Sequence[Any]], row_classes: Sequence[str] | None = No
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _interval(found: tuple | None, digits: int) -> str:
-    if found is None:
-        return "-"
-    value, low, high = found
-    if low is None or high is None or low == high:
-        return f"{value:.{digits}f}"
-    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
-def summary_rows(cells: Sequence[Mapping]) -> tuple[list[list[str]], list[str]]:
-    rows = [["cell", "status", "img/s (95% CI)", "img/s/rank", "E_G (95% CI)", "step s", "machine", "runs", "verdict"]]
-    classes = []
-    for cell in cells:
-        metrics = cell.get("metrics") or {}
-        throughput = estimate(cell, "throughput")
-        ranks = metrics.get("ranks")
-        efficiency = _interval(estimate(cell, "efficiency"), 3)
-        if cell.get("efficiency_source") not in (None, "measured"):
-            efficiency += f" ({cell['efficiency_source']})"
-        rows.append([cell["cell"], cell.get("status", "-"), _interval(throughput, 1),
-                     f"{throughput[0] / ranks:.1f}" if throughput and ranks else "-", efficiency,
-                     f"{metrics['step_time']:.4f}" if finite_number(metrics.get("step_time")) else "-",
-                     f"{cell['machine_speed'] - 1:+.1%}" if finite_number(cell.get("machine_speed")) else "-",
-                     str(cell.get("runs", "-")), cell.get("verdict", "-")])
-        css = {VerdictKind.FAIL: "fail", "error": "fail", VerdictKind.PASS: "pass"}
-        classes.append(css.get(cell.get("verdict"), ""))
-    return rows, classes
+def _summary_section_rows(cells: Sequence[Mapping]) -> tuple[list[list[str]], list[str]]:
+    """The summary table's rows (:func:`harness.report.tables.summary_rows`), each with its colour."""
+    rows = summary_rows(cells)
+    return rows, [VERDICT_ROW_CLASSES.get(row[-1].split(" ")[0], "") for row in rows[1:]]
 
 
 def junit_properties(cell_result_json: Mapping) -> list[tuple[str, Any]]:
@@ -272,9 +253,9 @@ def _paired_section(results: Mapping) -> str:
                *(f"{name} {was} -> {now}" for name, (was, now) in (difference.get("packages") or {}).items())]
     rows = [["cell", "pairs", "current/reference (95% CI)", "p", "verdict", "stored baseline's verdict", "flags"]]
     for cell in paired:
-        ratio = cell.get("ratio") or {}
+        ratio = Estimate.from_json(cell.get("ratio"))
         rows.append([cell["cell"], len(cell.get("pairs", [])),
-                     _interval((ratio["value"], ratio.get("low"), ratio.get("high")), 3) if ratio else "-",
+                     ratio.text(3) if ratio else "-",
                      f"{cell['p_value']:.3g}" if cell.get("p_value") is not None else "-", cell["verdict"],
                      (cell.get("stored_baseline") or {}).get("verdict", "-"),
                      "; ".join(cell.get("flags") or []) or cell.get("error") or ""])
@@ -317,7 +298,7 @@ def write_report(results: Path | Mapping, out_dir: Path, *, collectives: Path | 
     cells = results.get("cells", [])
     figures = write_all(results, out_dir, published=published, collectives=collectives)
     trend = plot_history(history, [cell["cell"] for cell in cells], out_dir / "history.png")
-    summary, classes = summary_rows(cells)
+    summary, classes = _summary_section_rows(cells)
     verdict_lines = [f"<li><b>{html.escape(cell['cell'])}</b>: {html.escape(v.get('kind', ''))}: "
                      f"{html.escape(v.get('message', ''))}</li>"
                      for cell in cells for v in cell.get("verdicts") or [] if v.get("kind") != VerdictKind.PASS]

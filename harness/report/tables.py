@@ -1,43 +1,61 @@
-"""The text tables a session prints at its end: the cells' summary, the accuracy cells', the A/B cells'."""
+"""The tables a session's results make: the cells' summary (which the HTML report renders too), the
+accuracy cells', the A/B cells'; and their text form."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
+from harness.common.jsonio import finite_number
 from harness.judging.kinds import VerdictKind
 from harness.judging.yardstick import normalise
+from harness.judging.stats import Estimate
 
 if TYPE_CHECKING:
-    from harness.store.baselines import BaselineFile
     from harness.session.paired import PairedResult
     from harness.session.results import AccuracyResult, CellResult
 
 
-def summary_rows(results: Sequence[CellResult], baselines: BaselineFile | None) -> list[list[str]]:
-    """One row per measured cell: its interval, per training rank too (a parameter server does not
-    train), E_G, baseline, change, machine speed and verdict."""
-    rows = [["cell", "launcher", "img/s (95% CI)", "img/s/rank", "E_G (95% CI)", "baseline img/s", "delta",
-             "machine", "runs", "verdict"]]
-    for r in results:
-        reference = baselines.reference(r.cell.id, "throughput") if baselines else None
-        baseline = f"{reference.value:.1f}" if reference else "-"
-        if r.metrics is None:
-            rows.append([r.cell.id, r.run.launcher, "-", "-", "-", baseline, "-", "-", str(len(r.runs)),
-                         f"error ({r.run.status})"])
+SUMMARY_COLUMNS = ("cell", "launcher", "img/s (95% CI)", "img/s/rank", "E_G (95% CI)", "step s", "baseline img/s",
+                   "delta", "machine", "runs", "verdict")
+
+
+def summary_rows(cells: Sequence[Mapping]) -> list[list[str]]:
+    """The cells' summary, the one table the terminal and the HTML report both render: one row per
+    cell of a results file (``CellResult.to_json``), headed by :data:`SUMMARY_COLUMNS`: its interval,
+    per training rank too (a parameter server does not train), E_G, step time, baseline, change,
+    machine speed, launches and verdict."""
+    rows = [list(SUMMARY_COLUMNS)]
+    for cell in cells:
+        metrics = cell.get("metrics") or {}
+        throughput = Estimate.from_json(cell.get("throughput"))
+        baseline = cell.get("baseline_throughput")
+        baseline = baseline if finite_number(baseline) and baseline > 0 else None
+        machine_speed = cell.get("machine_speed") if finite_number(cell.get("machine_speed")) else None
+        runs = str(cell.get("runs", "-"))
+        if cell.get("contended_runs"):
+            runs += f" ({cell['contended_runs']} contended, left out)"
+        verdict = cell.get("verdict", "-")
+        if verdict == "error":
+            verdict = f"error ({cell.get('status', '-')})"
+        if throughput is None:
+            rows.append([cell["cell"], cell.get("launcher", "-"), "-", "-", "-", "-",
+                         f"{baseline:.1f}" if baseline else "-", "-", "-", runs, verdict])
             continue
-        if reference is None:
+        if baseline is None:
             delta = "-"
-        elif r.verdict == VerdictKind.MACHINE_DIFFERS:  # normalising across machines means nothing: as measured
-            delta = f"{r.throughput.value / reference.value - 1:+.1%} raw"
+        elif verdict == VerdictKind.MACHINE_DIFFERS:  # normalising across machines means nothing: as measured
+            delta = f"{throughput.value / baseline - 1:+.1%} raw"
         else:
-            delta = f"{normalise(r.throughput.value, r.machine_speed) / reference.value - 1:+.1%}"
-        machine = f"{r.machine_speed - 1:+.1%}" if r.machine_speed else "-"
-        efficiency = r.efficiency.text(3) if r.efficiency else "-"
-        if r.efficiency_source == "baseline":
-            efficiency += " (ref: baseline)"
-        rows.append([r.cell.id, r.run.launcher, r.throughput.text(1),
-                     f"{r.throughput.value / len(r.records):.1f}", efficiency, baseline, delta, machine,
-                     f"{len(r.runs)} ({r.contended_runs} contended, left out)" if r.contended_runs else str(len(r.runs)),
-                     r.verdict])
+            delta = f"{normalise(throughput.value, machine_speed) / baseline - 1:+.1%}"
+        ranks = metrics.get("ranks")
+        efficiency = Estimate.from_json(cell.get("efficiency"))
+        efficiency = efficiency.text(3) if efficiency else "-"
+        if cell.get("efficiency_source") not in (None, "measured"):
+            efficiency += f" (ref: {cell['efficiency_source']})"
+        rows.append([cell["cell"], cell.get("launcher", "-"), throughput.text(1),
+                     f"{throughput.value / ranks:.1f}" if ranks else "-", efficiency,
+                     f"{metrics['step_time']:.4f}" if finite_number(metrics.get("step_time")) else "-",
+                     f"{baseline:.1f}" if baseline else "-", delta,
+                     f"{machine_speed - 1:+.1%}" if machine_speed else "-", runs, verdict])
     return rows
 
 

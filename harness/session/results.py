@@ -48,6 +48,8 @@ class CellResult:
     """Launches left out of the pooled samples because other work competed for the cores."""
     stack_changes: list[str] = dataclasses.field(default_factory=list)
     """Software that changed since the baseline was recorded (``"torch 2.13.1 -> 2.14.1"``)."""
+    baseline_throughput: float | None = None
+    """The stored baseline's throughput the cell was judged against, where it has one."""
     confirmation: dict | None = None
     """``--confirm``: the A/B against the baseline's environment that says whether the software or
     the system changed (harness.session.paired.Confirmation, as JSON)."""
@@ -80,7 +82,7 @@ class CellResult:
             "yardstick": self.yardstick.to_json() if self.yardstick else None, "machine_speed": self.machine_speed,
             "cpu_wait_share": self.cpu_wait_share, "outside_share": self.outside_share,
             "contended_runs": self.contended_runs, "stack_changes": self.stack_changes,
-            "confirmation": self.confirmation,
+            "baseline_throughput": self.baseline_throughput, "confirmation": self.confirmation,
             "orphans_killed": [pid for run in self.runs for pid in run.orphans_killed],
             "orphans_elsewhere": {host: pids for run in self.runs for host, pids in run.orphans_elsewhere.items() if pids},
             "records": self.records or self.run.records,

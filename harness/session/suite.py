@@ -197,7 +197,9 @@ class Suite:
         """Launch the cell until its throughput interval is narrow enough and its verdict is not
         inconclusive, or until its measuring budget is spent; judge the pooled samples."""
         ready = self.prepare()
-        result = CellResult(cell=cell, runs=[], config_hash=config_hash(dataclasses.asdict(ready.workload), cell))
+        baseline = ready.baselines.reference(cell.id, "throughput")
+        result = CellResult(cell=cell, runs=[], config_hash=config_hash(dataclasses.asdict(ready.workload), cell),
+                            baseline_throughput=baseline.value if baseline else None)
         started = time.monotonic()
         try:
             while True:
