@@ -21,6 +21,7 @@ from harness.config.cells import DEFAULT_MATRIX
 from harness.judging.kinds import PairedKind, VerdictKind
 from harness.judging.outcome import Confirmed, FailureRule, failure_message, to_confirm
 from harness.judging.servers import server_rows
+from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import RunLimits
 from harness.machine.references import FORMS, describe_difference
@@ -101,7 +102,8 @@ OPTIONS = (
                          "is inconclusive", int),
     ("--max-pairs", "max_pairs", "with --against: the most pairs a cell gets", int),
     ("--min-effect", "min_effect", "with --against: smallest relative change in throughput called regressed or "
-                                   "improved", float),
+                                   "improved (default: the system's min_effect tunable, else "
+                                   f"{DEFAULT_TUNABLES.min_effect:g})", float),
     ("--pairs-budget", "pairs_budget", "with --against: seconds a cell's pairs may take", float),
     ("--system-changes", "system_changes", "with --confirm: fail or pass a cell whose slowdown the A/B puts on the "
                                            "node, not the software", str),
@@ -421,8 +423,11 @@ def _write_accuracy_plots(results, directory: Path) -> list[Path]:
 def _write_summary(terminalreporter, suite: Suite) -> None:
     ready = suite.prepared
     terminalreporter.section("dlscale summary")
+    own = ready.baselines.tunables.differences()
     terminalreporter.write_line(f"system {ready.system}, launcher {suite.launcher_name}, baselines {ready.baselines.path}"
-                                + _cores_words(suite))
+                                + _cores_words(suite)
+                                + ("; the system's tunables: " + ", ".join(f"{name} {value:g}" for name, value in own.items())
+                                   if own else ""))
     terminalreporter.write_line(format_table(summary_rows([result.to_json() for result in suite.results])))
     ratios = framework_ratios((result.cell, result.records) for result in suite.results if result.metrics)
     if ratios:

@@ -88,8 +88,9 @@ class SuiteOptions:
     pairs: int = 8
     """Pairs of the first round of an A/B; doubled while the verdict is inconclusive."""
     max_pairs: int = 32
-    min_effect: float = 0.03
-    """Smallest change an A/B calls a regression or an improvement (relative throughput)."""
+    min_effect: float | None = None
+    """Smallest change an A/B calls a regression or an improvement (relative throughput); None: the
+    system's (harness.judging.tunables)."""
     pairs_budget: float = 1800.0
     """Seconds a cell's A/B pairs may take."""
     confirm: bool = False

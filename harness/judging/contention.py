@@ -8,30 +8,27 @@ from typing import Mapping, Sequence, TypeVar
 
 from harness.judging.kinds import VerdictKind
 from harness.judging.stats import Estimate
+from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.rank.contention import outside_share, wait_share
 
 V = TypeVar("V")
 """A verdict dataclass with ``kind`` and ``message`` (:class:`harness.judging.verdicts.Verdict`)."""
 
-NOTABLE_SHARE = 0.05
-"""A wait this much above the baseline's (a share of the step time) makes a fail untrustworthy.
-No larger than the narrowest band (5%): summed over a rank's threads, the wait is at least the
-time its compute thread lost, so a neighbour that alone pushed a cell past its band shows here."""
-
-
-def contended(share: float | None, baseline_share: float | None, outside: float | None = None) -> bool:
+def contended(share: float | None, baseline_share: float | None, outside: float | None = None, *,
+              notable: float = DEFAULT_TUNABLES.notable_wait) -> bool:
     """Whether other work competed for the cell's cores: work outside its ranks' process trees took
-    a notable share of their cores' time, or, where that was not measured, the ranks waited for a
-    CPU notably longer than when the baseline was recorded (a cell's own loader workers or helper
+    more than ``notable`` of their cores' time, or, where that was not measured, the ranks waited for a
+    CPU that much longer than when the baseline was recorded (a cell's own loader workers or helper
     threads can make some wait its normal state)."""
     if outside is not None:
-        return outside > NOTABLE_SHARE
-    return share is not None and baseline_share is not None and share - baseline_share > NOTABLE_SHARE
+        return outside > notable
+    return share is not None and baseline_share is not None and share - baseline_share > notable
 
 
-def launch_contended(records: Sequence[Mapping], baseline_share: float | None) -> bool:
+def launch_contended(records: Sequence[Mapping], baseline_share: float | None, *,
+                     notable: float = DEFAULT_TUNABLES.notable_wait) -> bool:
     """:func:`contended` for one launch's records."""
-    return contended(wait_share(records), baseline_share, outside_share(records))
+    return contended(wait_share(records), baseline_share, outside_share(records), notable=notable)
 
 
 def beyond_contention(measured: Estimate, edge: float, stall: float | None) -> bool:
@@ -44,7 +41,7 @@ def beyond_contention(measured: Estimate, edge: float, stall: float | None) -> b
 
 
 def distrust(verdict: V, share: float | None, baseline_share: float | None, outside: float | None = None, *,
-             stall: float | None = None, beyond: bool = False) -> V:
+             stall: float | None = None, beyond: bool = False, notable: float = DEFAULT_TUNABLES.notable_wait) -> V:
     """A failing verdict made inconclusive when the ranks were ``contended``, saying why, unless the
     failure lies ``beyond`` what that contention (costing at most ``stall`` of the window) explains.
     A failing verdict whose ranks waited notably while nothing outside the cell took their cores
@@ -53,7 +50,7 @@ def distrust(verdict: V, share: float | None, baseline_share: float | None, outs
     if verdict.kind != VerdictKind.FAIL:
         return verdict
     if outside is not None:
-        if contended(share, baseline_share, outside):
+        if contended(share, baseline_share, outside, notable=notable):
             if beyond:
                 return dataclasses.replace(verdict, message=(
                     f"{verdict.message}; work outside the cell took {outside:.0%} of its cores' time, which can "
@@ -62,16 +59,16 @@ def distrust(verdict: V, share: float | None, baseline_share: float | None, outs
             return dataclasses.replace(verdict, kind=VerdictKind.INCONCLUSIVE, message=(
                 f"{verdict.message}; not trusted: work outside the cell took {outside:.0%} of its cores' time "
                 "during the window (another job, or the hypervisor's steal); measure again on a quiet node"))
-        if share is not None and share > NOTABLE_SHARE:
+        if share is not None and share > notable:
             return dataclasses.replace(verdict, message=(
                 f"{verdict.message}; its ranks waited for a CPU for {share:.0%} of the step time, but work outside "
                 f"the cell took only {outside:.0%} of its cores: its own processes (loader workers, framework "
                 "threads) made that wait, so the fail stands"))
         return verdict
-    if share is None or share <= NOTABLE_SHARE:
+    if share is None or share <= notable:
         return verdict
     clause = f"its ranks waited for a CPU for {share:.0%} of the step time"
-    if not contended(share, baseline_share):
+    if not contended(share, baseline_share, notable=notable):
         if baseline_share is None:
             return dataclasses.replace(verdict, message=f"{verdict.message}; {clause} (other work on the node?)")
         return verdict

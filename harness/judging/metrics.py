@@ -8,6 +8,7 @@ from typing import Sequence
 
 from harness.judging.stats import detect_warmup, throughput_point
 from harness.judging.contention import launch_contended
+from harness.judging.tunables import DEFAULT_TUNABLES
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,10 +102,11 @@ def pool_runs(runs: list[list[dict]]) -> list[dict]:
     return [pooled[rank] for rank in sorted(pooled)]
 
 
-def pool_uncontended(runs: Sequence[list[dict]], baseline_share: float | None) -> tuple[list[dict], int]:
+def pool_uncontended(runs: Sequence[list[dict]], baseline_share: float | None, *,
+                     notable: float = DEFAULT_TUNABLES.notable_wait) -> tuple[list[dict], int]:
     """Pool several launches' records (warm-up already dropped), leaving out the launches that were
     ``contended``, unless every one was; returns the pooled records and how many were left out."""
-    quiet = [records for records in runs if not launch_contended(records, baseline_share)]
+    quiet = [records for records in runs if not launch_contended(records, baseline_share, notable=notable)]
     return pool_runs(quiet or list(runs)), (len(runs) - len(quiet) if quiet else 0)
 
 

@@ -10,7 +10,7 @@ The order, first match wins for the cell as a whole:
 1. ``no-baseline``: the baseline file has no entry for the cell;
 2. ``stale``: the entry was measured with another workload, or on other hardware (the
    fingerprint names the fact); another software stack is *not* stale: it is judged, and named;
-3. ``machine-differs``: the machine yardstick ran beyond ``1 +- SAME_MACHINE_DRIFT`` of the
+3. ``machine-differs``: the machine yardstick ran beyond ``1 +- same_machine_drift`` (a system's tunable) of the
    baseline's: another machine, not a drift;
 4. ``pass``, ``fail``, ``inconclusive``, ``faster`` for throughput (and efficiency): a CPU cell's
    throughput is judged as measured and, where the yardstick moved beyond its own launch-to-launch
@@ -30,6 +30,7 @@ from harness.judging.contention import beyond_contention, distrust
 from harness.judging.fingerprint import stack_changes, stale_differences
 from harness.judging.kinds import MOST_SERIOUS_FIRST, VerdictKind
 from harness.judging.stats import BandVerdict, Estimate, needs_more_samples, verdict
+from harness.judging.tunables import DEFAULT_TUNABLES, Tunables
 from harness.judging.yardstick import (Yardstick, another_machine, beyond_noise, launch_noise, normalise_estimate,
                                        speed_ratio)
 
@@ -193,10 +194,10 @@ def judge_throughput(measured: Estimate, reference: Reference | None, *, machine
 
 def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[str, Reference | None], *,
                use_yardstick: bool = True, baseline_path: str = "the baseline file",
-               baseline_wait: float | None = None) -> Judgement:
+               baseline_wait: float | None = None, tunables: Tunables = DEFAULT_TUNABLES) -> Judgement:
     """The verdicts of one cell against its baseline ``entry`` (``references``: its metrics'
     reference bands by name), in the order of this module's docstring. ``baseline_wait``: the
-    share of the step time the baseline's ranks waited for a CPU."""
+    share of the step time the baseline's ranks waited for a CPU; ``tunables``: the system's."""
     if entry is None:
         return Judgement(verdicts=[Verdict(kind=VerdictKind.NO_BASELINE,
                                            message=f"no baseline for {evidence.cell_id} in {baseline_path}")])
@@ -207,8 +208,9 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
         return Judgement(verdicts=[Verdict(kind=VerdictKind.STALE, message=(
             f"baseline measured on other hardware ({'; '.join(differs)}); re-record it on this machine with "
             "--update-baselines"))])
-    speed, raw_because = speed_against_baseline(evidence.yardstick, entry, use_yardstick=use_yardstick)
-    if another := another_machine(speed):
+    speed, raw_because = speed_against_baseline(evidence.yardstick, entry, use_yardstick=use_yardstick,
+                                                default_noise=tunables.yardstick_noise)
+    if another := another_machine(speed, tunables.same_machine_drift):
         return Judgement(verdicts=[Verdict(kind=VerdictKind.MACHINE_DIFFERS, message=another)], machine_speed=speed)
     judged = [(evidence.throughput, references.get("throughput"))]
     verdicts = [judge_throughput(evidence.throughput, references.get("throughput"),
@@ -229,14 +231,15 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
         verdicts = [dataclasses.replace(v, message=f"{v.message} [software changed since the baseline: "
                                                    f"{', '.join(changes)}]") for v in verdicts]
     verdicts = [distrust(v, evidence.cpu_wait_share, baseline_wait, evidence.outside_share, stall=evidence.outside_stall,
+                         notable=tunables.notable_wait,
                          beyond=reference is not None and beyond_contention(
                              measured, reference.edge_below(evidence.launches), evidence.outside_stall))
                 for v, (measured, reference) in zip(verdicts, judged)]
     return Judgement(verdicts=verdicts, machine_speed=speed, stack_changes=changes)
 
 
-def speed_against_baseline(yardstick: Yardstick | None, entry: Mapping, *,
-                           use_yardstick: bool = True) -> tuple[float | None, str]:
+def speed_against_baseline(yardstick: Yardstick | None, entry: Mapping, *, use_yardstick: bool = True,
+                           default_noise: float = DEFAULT_TUNABLES.yardstick_noise) -> tuple[float | None, str]:
     """The machine's speed relative to the baseline's, and why a throughput is judged only as
     measured (``""``: it is judged normalised by that speed too). Within the yardstick's own
     launch-to-launch noise the speed is shown but not used (:func:`harness.judging.yardstick.beyond_noise`)."""
@@ -248,8 +251,9 @@ def speed_against_baseline(yardstick: Yardstick | None, entry: Mapping, *,
     speed = speed_ratio(yardstick, baseline)
     if speed is None:
         return None, "the baseline has no yardstick of this version; re-record it to judge against machine speed"
-    if not beyond_noise(speed, baseline):
-        return speed, (f"machine {speed - 1:+.1%} by the yardstick, within the +-{launch_noise(baseline):.1%} it "
+    if not beyond_noise(speed, baseline, default_noise):
+        noise = launch_noise(baseline, default_noise)
+        return speed, (f"machine {speed - 1:+.1%} by the yardstick, within the +-{noise:.1%} it "
                        "strays by itself from launch to launch")
     return speed, ""
 

@@ -19,6 +19,7 @@ import statistics
 from typing import Mapping, Sequence
 
 from harness.judging.stats import Estimate
+from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.machine.yardstick import REPEATS, VERSION
 
 
@@ -36,7 +37,7 @@ class Yardstick:
     noise: float | None = None
     """A baseline's: how far one more launch's yardstick may stray from this mean on the same
     machine, relative (the 99% prediction half-width over the launches it was recorded from);
-    ``None`` where it was recorded from one launch (:data:`DEFAULT_NOISE` stands in)."""
+    ``None`` where it was recorded from one launch (:attr:`harness.judging.tunables.Tunables.yardstick_noise` stands in)."""
 
     def to_json(self) -> dict:
         stored = {"seconds": round(self.seconds, 6), "spread": round(self.spread, 4), "version": self.version,
@@ -105,39 +106,25 @@ def speed_ratio(now: Yardstick | None, then: Yardstick | None) -> float | None:
     return then.seconds / now.seconds
 
 
-SAME_MACHINE_DRIFT = 0.30
-"""How far a machine's speed by the yardstick may drift from its baseline's and still be taken for
-the same machine. Measured on this project's shared 2-core CI node: up to ~25% within a session
-(22% within one half-minute launch; docs/verdicts.md, "Machine yardstick"), while fresh VMs of the same
-"AMD EPYC" type ran the yardstick 2.5x-4.3x faster. Normalising carries a drift, not a change of
-machine: how far torch's speed follows the yardstick's is known only within that range."""
-
-
-DEFAULT_NOISE = 0.10
-"""How far one launch's yardstick strays from a baseline's on the same quiet machine when the
-baseline does not say (it was recorded from one launch): on this project's 2-core CI machine, 8
-back-to-back launches of the self-test's cell gave a yardstick cv of 2.8%, a 99% prediction
-half-width of 10.4%, while their throughput's cv was 3.0%."""
-
-
-def beyond_noise(ratio: float | None, baseline: "Yardstick | None") -> bool:
+def beyond_noise(ratio: float | None, baseline: "Yardstick | None",
+                 default_noise: float = DEFAULT_TUNABLES.yardstick_noise) -> bool:
     """Whether the machine's speed ``ratio`` against the ``baseline``'s moved further than the
     yardstick moves by itself from launch to launch: only such a move is evidence that the machine
     changed speed, and worth normalising by. Within it, normalising adds the yardstick's own noise
     to the throughput's and corrects nothing."""
     if ratio is None:
         return False
-    noise = launch_noise(baseline)
+    noise = launch_noise(baseline, default_noise)
     return not 1 / (1 + noise) <= ratio <= 1 + noise
 
 
-def launch_noise(baseline: "Yardstick | None") -> float:
+def launch_noise(baseline: "Yardstick | None", default_noise: float = DEFAULT_TUNABLES.yardstick_noise) -> float:
     """How far one launch's yardstick may stray from the ``baseline``'s: what it measured among its
-    repeats, else :data:`DEFAULT_NOISE`."""
-    return DEFAULT_NOISE if baseline is None or baseline.noise is None else baseline.noise
+    repeats, else ``default_noise`` (:attr:`harness.judging.tunables.Tunables.yardstick_noise`)."""
+    return default_noise if baseline is None or baseline.noise is None else baseline.noise
 
 
-def another_machine(ratio: float | None, drift: float = SAME_MACHINE_DRIFT) -> str | None:
+def another_machine(ratio: float | None, drift: float = DEFAULT_TUNABLES.same_machine_drift) -> str | None:
     """Why a machine ``ratio`` times as fast as the baseline's is not the baseline's machine, or
     ``None`` when it is within ``1 +- drift`` (in either direction) or unknown."""
     if ratio is None or 1 / (1 + drift) <= ratio <= 1 + drift:

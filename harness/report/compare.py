@@ -21,10 +21,10 @@ from typing import Mapping, Sequence
 
 from harness.judging.kinds import VerdictKind
 from harness.judging.stats import Estimate
+from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.judging.verdicts import Evidence, Reference, judge_cell, overall
 from harness.judging.yardstick import Yardstick
 from harness.report.tables import format_table
-from harness.store.baselines import DEFAULT_TOLERANCE
 
 HEADER = ["cell", "old img/s (95% CI)", "new img/s (95% CI)", "delta", "machine", "verdict"]
 
@@ -46,7 +46,7 @@ class Compared:
                 self.new.text(1) if self.new else "-", delta, machine, self.verdict]
 
 
-def compare(old: Mapping, new: Mapping, *, band: float = DEFAULT_TOLERANCE["upper"], use_yardstick: bool = True,
+def compare(old: Mapping, new: Mapping, *, band: float = DEFAULT_TUNABLES.default_band, use_yardstick: bool = True,
             old_name: str = "the old results") -> list[Compared]:
     """Every cell of either results document (``results.json`` as the suite writes it), in the new
     file's order, then those only the old one has."""
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dlscale-compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("old", type=Path, help="the earlier results.json (it stands where a baseline would)")
     parser.add_argument("new", type=Path, help="the later results.json")
-    parser.add_argument("--band", type=float, default=DEFAULT_TOLERANCE["upper"],
+    parser.add_argument("--band", type=float, default=DEFAULT_TUNABLES.default_band,
                         help="relative band around the old figure (default %(default)s)")
     parser.add_argument("--no-yardstick", action="store_true", help="judge CPU throughputs as measured only")
     parser.add_argument("--csv", type=Path, help="also write the comparison to this CSV file")

@@ -28,7 +28,9 @@ def evaluate(result: CellResult, *, config: Mapping, baselines: BaselineFile, re
     baseline_wait = _baseline_wait(entry)
     trimmed = [trim_warmup(run.records) for run in result.runs]
     result.warmup_dropped = [dropped for _, dropped in trimmed]
-    result.records, result.contended_runs = pool_uncontended([records for records, _ in trimmed], baseline_wait)
+    tunables = baselines.tunables
+    result.records, result.contended_runs = pool_uncontended([records for records, _ in trimmed], baseline_wait,
+                                                             notable=tunables.notable_wait)
     result.metrics = summarize(result.records)
     result.fingerprint = fingerprint(result.records, dict(config), result.cell.id, config_hash=result.config_hash)
     result.breakdown = cell_breakdown(result.records) if has_breakdown(result.records) else None
@@ -47,7 +49,7 @@ def evaluate(result: CellResult, *, config: Mapping, baselines: BaselineFile, re
                         launches=max(1, len(result.runs) - result.contended_runs))
     references = {metric: baselines.reference(result.cell.id, metric) for metric in ("throughput", "efficiency")}
     judgement = judge_cell(evidence, entry, references, use_yardstick=use_yardstick,
-                           baseline_path=str(baselines.path), baseline_wait=baseline_wait)
+                           baseline_path=str(baselines.path), baseline_wait=baseline_wait, tunables=tunables)
     result.verdicts = judgement.verdicts
     result.machine_speed, result.stack_changes = judgement.machine_speed, judgement.stack_changes
 

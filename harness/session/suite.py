@@ -314,8 +314,9 @@ class Suite:
             return run
 
         o = self.options
+        min_effect = o.min_effect or ready.baselines.tunables.min_effect
         return measure_pairs(cell, reference, launch, PairSettings(first=o.pairs, most=o.max_pairs,
-                                                                   min_effect=o.min_effect, budget_s=o.pairs_budget),
+                                                                   min_effect=min_effect, budget_s=o.pairs_budget),
                              on_progress=on_progress)
 
     def launch_in(self, cell: Cell, environment: references.Environment, place: str, *,
@@ -396,6 +397,7 @@ class Suite:
             "system": ready and ready.system, "launcher": self.launcher_name, "run_id": ready and ready.run_id,
             "cores_per_rank": ready and ready.cores_per_rank,
             "workload": dataclasses.asdict(ready.workload) if ready else None,
+            "tunables": dataclasses.asdict(ready.baselines.tunables) if ready else None,
             "provenance": ready and ready.provenance, "environment": ready and ready.environment,
             "launch_environment": self.launch_environment,
             "cells": [result.to_json() for result in self.results],

@@ -13,13 +13,12 @@ from typing import Any, Mapping
 from harness.common.filelock import DEFAULT_TIMEOUT_S as DEFAULT_LOCK_TIMEOUT_S
 from harness.common.filelock import LockTimeout, locked
 from harness.common.jsonio import finite_number, write_json_atomic
+from harness.judging.tunables import Tunables
 from harness.judging.verdicts import Reference
 
 SCHEMA_VERSION = 1
 METRICS = {"throughput": "img/s", "efficiency": "", "accuracy": ""}
 """Every metric is higher-is-better; accuracy is the accuracy cells' final validation accuracy (0-1)."""
-DEFAULT_TOLERANCE = {"lower": -0.15, "upper": 0.15}
-"""Relative band used where an entry gives none (hand-written entries)."""
 OPTIONAL_FIELDS = {"config_hash": str, "config": dict, "fingerprint": dict, "breakdown": dict, "yardstick": dict,
                    "provenance": dict}
 """What an entry's other fields must be when present and not null: judging a cell reads them."""
@@ -43,6 +42,10 @@ def _validate(path: Path, data: Any) -> None:
         raise bad("the top level must be an object")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise bad(f"schema_version must be {SCHEMA_VERSION}, found {data.get('schema_version')!r}")
+    try:
+        Tunables.from_json(data.get("tunables"))
+    except ValueError as error:
+        raise bad(str(error)) from None
     cells = data.get("cells")
     if not isinstance(cells, dict):
         raise bad(f'"cells" must be an object keyed by cell id, found {_json_type(cells)}')
@@ -88,6 +91,11 @@ class BaselineFile:
         _validate(path, data)
         return cls(path=path, system=system, data=data)
 
+    @property
+    def tunables(self) -> Tunables:
+        """The system's thresholds: the file's ``"tunables"`` over the defaults."""
+        return Tunables.from_json(self.data.get("tunables"))
+
     def entry(self, cell_id: str) -> Mapping | None:
         return self.data["cells"].get(cell_id)
 
@@ -97,11 +105,16 @@ class BaselineFile:
             return None
         raw = entry[metric]
         defaulted = raw.get("lower") is None and raw.get("upper") is None
-        band = DEFAULT_TOLERANCE if defaulted else raw
+        band = self._default_band() if defaulted else raw
         repeats = raw.get("repeats")
         return Reference(value=float(raw["value"]), lower=float(band.get("lower") or 0.0), upper=band.get("upper"),
                          unit=raw.get("unit", METRICS[metric]), defaulted=defaulted,
                          repeats=len(repeats) if isinstance(repeats, list) and not defaulted else None)
+
+    def _default_band(self) -> dict[str, float]:
+        """The relative band where an entry gives none (a hand-written entry)."""
+        half = self.tunables.default_band
+        return {"lower": -half, "upper": half}
 
     def updated(self, results: list[dict]) -> tuple[dict, list[str]]:
         """The file's content with ``results`` written in, and a line per change.
@@ -122,7 +135,7 @@ class BaselineFile:
                 if value is None or not finite_number(value):
                     continue
                 band = result.get("bands", {}).get(metric) or {
-                    key: old.get(metric, {}).get(key, DEFAULT_TOLERANCE[key]) for key in ("lower", "upper")}
+                    key: old.get(metric, {}).get(key, default) for key, default in self._default_band().items()}
                 new[metric] = {"value": round(value, 4), **band, "unit": METRICS[metric]}
                 before = old.get(metric, {}).get("value")
                 if before is None:

@@ -44,6 +44,7 @@ from harness.common.jsonio import write_json_atomic
 from harness.config.options import SuiteError, SuiteOptions
 from harness.judging import bisection
 from harness.judging.kinds import PairedKind
+from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.launch.runner import CellRun
 from harness.machine import references
 from harness.machine.provenance import installed_packages
@@ -70,7 +71,8 @@ class Settings:
     with its defaults."""
     rounds: int = _AB_DEFAULTS["pairs"]
     max_rounds: int = _AB_DEFAULTS["max_pairs"]
-    min_effect: float = _AB_DEFAULTS["min_effect"]
+    min_effect: float | None = None
+    """``None``: the system's (:attr:`harness.judging.tunables.Tunables.min_effect`)."""
     verify_pairs: int = _AB_DEFAULTS["pairs"]
     max_launches: int = 600
     max_seconds: float = 6 * 3600.0
@@ -314,7 +316,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="rounds of a step's first try (default %(default)s), doubled while unclear")
     steps.add_argument("--max-rounds", type=int, default=Settings.max_rounds, help="default %(default)s")
     steps.add_argument("--min-effect", type=float, default=Settings.min_effect,
-                       help="smallest change that counts (relative throughput, default %(default)s)")
+                       help="smallest change that counts (relative throughput; default: the system's min_effect "
+                            f"tunable, else {DEFAULT_TUNABLES.min_effect:g})")
     steps.add_argument("--verify-pairs", type=int, default=Settings.verify_pairs,
                        help="pairs of the culprit's A/B against the point before it, doubled while unclear "
                             "(default %(default)s)")
@@ -386,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("rounds", "max_rounds", "verify_pairs", "max_launches"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    if not 0 < args.min_effect < 1:
+    if args.min_effect is not None and not 0 < args.min_effect < 1:
         parser.error(f"--min-effect must lie between 0 and 1, got {args.min_effect}")
     settings = Settings(rounds=args.rounds, max_rounds=max(args.rounds, args.max_rounds), min_effect=args.min_effect,
                         verify_pairs=args.verify_pairs, max_launches=args.max_launches, max_seconds=args.max_time)
@@ -419,6 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if reason := suite.skip_reason(cell):
             raise BisectError(f"{cell.id} cannot run here: {reason}")
         ready = suite.prepare()
+        settings = dataclasses.replace(settings, min_effect=settings.min_effect or ready.baselines.tunables.min_effect)
 
         def say(line: str) -> None:
             print(line, flush=True)

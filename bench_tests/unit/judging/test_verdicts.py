@@ -9,6 +9,7 @@ import pytest
 
 from harness.judging.kinds import MOST_SERIOUS_FIRST, UNJUDGED, VerdictKind
 from harness.judging.stats import Estimate
+from harness.judging.tunables import Tunables
 from harness.judging.verdicts import (Evidence, Reference, agreed, judge_accuracy, judge_cell, judge_throughput,
                                       Verdict, measured_enough, overall)
 from harness.judging.yardstick import Yardstick
@@ -227,3 +228,15 @@ def test_a_cell_far_below_its_band_fails_whatever_work_outside_it_took():
     assert kinds(far) == ["fail"] and "too little for this shortfall, so the fail stands" in far.verdicts[0].message
     near = judge_cell(evidence(85.0, **neighbour), entry(), {"throughput": BAND})
     assert kinds(near) == ["inconclusive"] and "not trusted: work outside the cell took 20%" in near.verdicts[0].message
+
+
+def test_a_systems_tunables_move_the_thresholds_they_name():
+    refs = {"throughput": BAND}
+    # a yardstick 1.4x as fast: another machine by default, a drift where the system allows 50%
+    assert kinds(judge_cell(evidence(140.0, seconds=1 / 1.4), entry(), refs)) == ["machine-differs"]
+    lenient = Tunables(same_machine_drift=0.5)
+    assert kinds(judge_cell(evidence(140.0, seconds=1 / 1.4), entry(), refs, tunables=lenient)) == ["pass"]
+    # outside work on 8% of the cores: contended by default (5%), not where the system puts the mark at 10%
+    neighbour = dict(outside_share=0.08, cpu_wait_share=0.3)
+    assert kinds(judge_cell(evidence(80.0, **neighbour), entry(), refs)) == ["inconclusive"]
+    assert kinds(judge_cell(evidence(80.0, **neighbour), entry(), refs, tunables=Tunables(notable_wait=0.1))) == ["fail"]

@@ -5,7 +5,8 @@ import math
 import pytest
 
 from harness.judging.stats import Estimate
-from harness.judging.yardstick import (SAME_MACHINE_DRIFT, Yardstick, another_machine, from_records, beyond_noise,
+from harness.judging.tunables import DEFAULT_TUNABLES
+from harness.judging.yardstick import (Yardstick, another_machine, from_records, beyond_noise,
                                        launch_drifts, normalise, normalise_estimate, speed_ratio)
 from harness.machine.yardstick import REPEATS, VERSION, run_yardstick
 
@@ -80,7 +81,8 @@ def test_a_drifting_machine_widens_the_normalised_interval_not_its_value():
     assert (widened.low, widened.high) == pytest.approx((54.0 / 1.32, 66.0 / 1.08))
 
 
-@pytest.mark.parametrize("ratio", [1.0, 1.25, 1 / 1.25, 1 + SAME_MACHINE_DRIFT, 1 / (1 + SAME_MACHINE_DRIFT), None])
+@pytest.mark.parametrize("ratio", [1.0, 1.25, 1 / 1.25, 1 + DEFAULT_TUNABLES.same_machine_drift,
+                                   1 / (1 + DEFAULT_TUNABLES.same_machine_drift), None])
 def test_a_drift_within_the_measured_range_is_the_same_machine(ratio):
     assert another_machine(ratio) is None
 

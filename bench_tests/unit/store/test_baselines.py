@@ -134,3 +134,21 @@ def test_a_measurement_too_uncertain_for_a_baseline_says_why():
         "for 59% of the step time")
     few = result(Estimate(value=30.0, low=math.nan, high=math.nan))
     assert "has no interval (too few steps)" in too_uncertain_to_record([few], widest=0.10)
+
+
+def test_a_systems_tunables_set_the_default_band_and_a_bad_one_is_named(tmp_path):
+    path = write(tmp_path / "sys.json", {"schema_version": 1, "system": "sys", "tunables": {"default_band": 0.08},
+                                         "cells": {"c": {"throughput": {"value": 100.0}}}})
+    file = BaselineFile.load(path, "sys")
+    assert file.tunables.default_band == 0.08 and file.tunables.differences() == {"default_band": 0.08}
+    reference = file.reference("c", "throughput")
+    assert (reference.lower, reference.upper, reference.defaulted) == (-0.08, 0.08, True)
+    data, _ = file.updated([{"cell": "new", "metrics": {"throughput": 50.0}, "config_hash": "h", "config": {},
+                             "provenance": {}}])
+    assert (data["cells"]["new"]["throughput"]["lower"], data["cells"]["new"]["throughput"]["upper"]) == (-0.08, 0.08)
+    for tunables, named in (({"notable_share": 0.1}, "unknown tunable 'notable_share'"),
+                            ({"min_effect": 1.5}, "min_effect must be a fraction between 0 and 1"),
+                            ([0.1], '"tunables" must be an object')):
+        write(path, {"schema_version": 1, "system": "sys", "tunables": tunables, "cells": {}})
+        with pytest.raises(BaselineError, match=named):
+            BaselineFile.load(path, "sys")
