@@ -9,7 +9,6 @@ installed, nothing is written and nothing is printed."""
 from __future__ import annotations
 
 import collections
-import dataclasses
 import os
 import time
 from pathlib import Path
@@ -17,20 +16,14 @@ from pathlib import Path
 import pytest
 
 from harness.common.interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
-from harness.config.cells import DEFAULT_MATRIX
 from harness.judging.kinds import PairedKind, VerdictKind
 from harness.judging.outcome import Confirmed, FailureRule, failure_message, to_confirm
 from harness.judging.servers import server_rows
-from harness.judging.tunables import DEFAULT_TUNABLES
-from harness.launch.launchers import LAUNCHERS
-from harness.launch.runner import RunLimits
-from harness.machine.references import FORMS, describe_difference
-from harness.rank.frameworks import FRAMEWORKS
-from harness.rank.loaders import LOADERS
-from harness.rank.models import MODELS
+from harness.machine.references import describe_difference
 from harness.report.framework_comparison import PUBLISHED_NOTES, REFERENCE_FRAMEWORK, comparison_rows, framework_ratios
 from harness.report.html import COLLECTIVES_FILE, junit_properties, write_report
 from harness.report.tables import accuracy_rows, format_table, paired_rows, summary_rows
+from harness.session.cli import OPTIONS, REPEATABLE, SWITCH
 from harness.session.suite import Suite, SuiteError, SuiteOptions
 from harness.store.baselines import BaselineError
 from harness.store.sessiondir import expand, point_latest, session_name
@@ -41,120 +34,18 @@ TERMINAL_FD_KEY = pytest.StashKey[int]()
 INTERRUPT_TOLD_KEY = pytest.StashKey[bool]()
 CELL_FIXTURE, ACCURACY_CELL_FIXTURE = "dlscale_cell", "dlscale_accuracy_cell"
 """The arguments a test takes to be parametrized by the matrix: names no other project uses."""
-OPTIONS = (
-    # (flag, dest, help, type)
-    ("--launcher", "launcher", f"{', '.join(LAUNCHERS.names())} (default: srun inside an allocation or when a "
-                               "Slurm cluster answers, else torchrun)", str),
-    ("--gpus", "gpus", "comma-separated rank (GPU) counts, e.g. 1,2,4 (default "
-                       f"{','.join(map(str, DEFAULT_MATRIX.ranks))})", str),
-    ("--frameworks", "frameworks", f"comma-separated frameworks of {', '.join(FRAMEWORKS.names())} (default "
-                                   f"{', '.join(DEFAULT_MATRIX.frameworks)})", str),
-    ("--loaders", "loaders", f"comma-separated loaders of {', '.join(LOADERS.names())} (default "
-                             f"{', '.join(DEFAULT_MATRIX.loaders)})", str),
-    ("--models", "models", f"comma-separated models of {', '.join(MODELS.names())} (default "
-                           f"{', '.join(DEFAULT_MATRIX.models)})", str),
-    ("--dtypes", "dtypes", "comma-separated arithmetic the cells train in, each a cell of its own: fp32 (TF32 off), "
-                           "tf32 (GPU), bf16 (autocast; DeepSpeed's own bf16), fp16 (GPU: autocast and a gradient "
-                           "scaler; DeepSpeed's own fp16); torch's frameworks only (default fp32)", str),
-    ("--partition", "partition", "Slurm partition srun starts the cells in; the baselines are then "
-                                 "<system>:<partition>.json (default: the allocation's, else none)", str),
-    ("--system", "system", "baseline file name (default: $DLSCALE_SYSTEM, the Slurm cluster name, or the host)", str),
-    ("--baselines-dir", "baselines_dir", "directory of <system>.json baseline files (default: baselines/)", Path),
-    ("--results-dir", "results_dir", "where each session gets its own directory <start time>-<job or pid> "
-                                     "(cells' files, results.json); <dir>/latest points at the newest "
-                                     "(default: results/)", Path),
-    ("--results-json", "results_json", "write every cell's full record to this JSON file; {session} stands "
-                                       "for the session's name (default: <session dir>/results.json)", Path),
-    ("--report", "report", "write an HTML report (summary, plots, breakdown, fingerprints) into this directory; "
-                           "{session} stands for the session's name", Path),
-    ("--history-dir", "history_dir", "append each measured cell to <dir>/<system>.jsonl (default: history/)", Path),
-    ("--data", "data", "ImageFolder dataset for file-reading loaders (default: the generated dataset)", Path),
-    ("--data-tfrecord", "data_tfrecord", "indexed TFRecord shards for the -tfrecord loaders (default: the "
-                                         "generated dataset's, converted once)", Path),
-    ("--profile", "profile", "workload preset: auto, study (224 px, 64/GPU, ResNet50), cpu-small (32 px, 16/rank, "
-                             "ResNet50) or cpu-cifar (ResNet44 on 32 px CIFAR-shaped data, 10 classes, 32/rank) "
-                             "(default auto: study with a GPU, cpu-small without)", str),
-    ("--device", "device", "auto, cpu or cuda (default auto: inside a Slurm allocation, whether the job's nodes "
-                           "have GPUs; else this machine)", str),
-    ("--image-size", "image_size", "image side in pixels (overrides the profile)", int),
-    ("--batch-size", "batch_size", "images per rank per step (overrides the profile)", int),
-    ("--steps", "steps", "timed steps per cell (overrides the profile)", int),
-    ("--warmup-steps", "warmup_steps", "untimed warm-up steps per cell (overrides the profile)", int),
-    ("--num-workers", "num_workers", "DataLoader workers per rank (overrides the profile)", int),
-    ("--ps-servers", "ps_servers", "parameter-server cells (torch_ps_*, mxnet_ps_*): how many of a "
-                                   "cell's ranks serve, the last ones (default 1); the others train", int),
-    ("--cores-per-rank", "cores_per_rank", "CPU cells: cores each rank owns, bound by the launcher or the rank "
-                                           "(default: the node's cores over the most ranks a cell puts on it)", int),
-    ("--cell-timeout", "cell_timeout", "seconds a cell may take in all", float),
-    ("--precision", "precision", "target relative half-width of each cell's 95% throughput interval; a cell "
-                                 "is launched again until it gets there", float),
-    ("--measure-budget", "measure_budget", "seconds a cell may spend in further launches for precision or a "
-                                           "clear verdict", float),
-    ("--widest-baseline", "widest_baseline", "relative half-width of a cell's 95% interval beyond which "
-                                             "--update-baselines keeps its old baseline", float),
-    ("--repeat", "repeat", "independent measurements per cell; with --update-baselines the band is derived "
-                           "from their spread", int),
-    ("--launch-env-file", "launch_env_file", "NAME=VALUE lines every rank of every cell gets, e.g. "
-                                             "NCCL_SOCKET_IFNAME (default: $DLSCALE_ENV_FILE)", Path),
-    ("--hang-timeout", "hang_timeout", "seconds without progress from any rank before a cell counts as hung",
-     float),
-    ("--pairs", "pairs", "with --against: pairs of launches in a cell's first round, doubled while the verdict "
-                         "is inconclusive", int),
-    ("--max-pairs", "max_pairs", "with --against: the most pairs a cell gets", int),
-    ("--min-effect", "min_effect", "with --against: smallest relative change in throughput called regressed or "
-                                   "improved (default: the system's min_effect tunable, else "
-                                   f"{DEFAULT_TUNABLES.min_effect:g})", float),
-    ("--pairs-budget", "pairs_budget", "with --against: seconds a cell's pairs may take", float),
-    ("--system-changes", "system_changes", "with --confirm: fail or pass a cell whose slowdown the A/B puts on the "
-                                           "node, not the software", str),
-)
-
-
-LIMITS = {"cell_timeout": "timeout_s", "hang_timeout": "heartbeat_s"}
-"""Options whose default is a :class:`RunLimits` field's."""
-
-
-def default_of(dest: str) -> object:
-    """The default an option's setting has where it is declared (SuiteOptions, RunLimits), or None."""
-    owner, name = (RunLimits, LIMITS[dest]) if dest in LIMITS else (SuiteOptions, dest)
-    field = owner.__dataclass_fields__.get(name)
-    return None if field is None or field.default in (None, dataclasses.MISSING) else field.default
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("dlscale", "dlscale scaling suite")
-    for flag, dest, help_text, kind in OPTIONS:
-        default = default_of(dest)
-        if default is not None and "(default" not in help_text:  # declared once, with the setting
-            help_text = f"{help_text} (default {default:g})" if isinstance(default, float) else \
-                f"{help_text} (default {default})"
-        group.addoption(flag, dest=f"dlscale_{dest}", type=kind, default=None,
-                        help=help_text.replace("%", "%%"))  # argparse formats help with %
-    group.addoption("--channels-last", dest="dlscale_channels_last", action="store_true",
-                    help="torch's cells train on channels-last tensors (NHWC), each a cell of its own")
-    group.addoption("--compile", dest="dlscale_compile", action="store_true",
-                    help="torch's cells train a model compiled by torch.compile, each a cell of its own")
-    group.addoption("--update-baselines", dest="dlscale_update_baselines", action="store_true",
-                    help="record the completed cells' figures as the system's new baselines")
-    group.addoption("--launch-env", dest="dlscale_launch_env", action="append", default=[], metavar="NAME=VALUE",
-                    help="a variable every rank gets, over --launch-env-file (repeatable)")
-    group.addoption("--against", dest="dlscale_against", action="append", default=[], metavar="REF",
-                    help="measure each cell as pairs of launches against a reference environment in this session "
-                         f"and judge their ratio; REF: {FORMS} (repeatable: the parts of one reference)")
-    group.addoption("--confirm", dest="dlscale_confirm", action="store_true",
-                    help="confirm a cell judged fail, inconclusive or machine-differs by an A/B (as --against) "
-                         "against the environment its baseline was recorded with: a software or a system change "
-                         "(the nightly recipe sets it)")
-    group.addoption("--accept-regressions", dest="dlscale_accept_regressions", action="store_true",
-                    help="with --update-baselines, record cells judged fail too (a slowdown you accept)")
-    group.addoption("--strict-verdicts", dest="dlscale_strict", action="store_true",
-                    help="fail a cell that could not be judged: no baseline, a stale one, or another machine's "
-                         "(the nightly recipe sets it)")
-    group.addoption("--no-history", dest="dlscale_no_history", action="store_true",
-                    help="do not append this session's cells to the history store")
-    group.addoption("--no-yardstick", dest="dlscale_no_yardstick", action="store_true",
-                    help="judge CPU cells' throughput as measured, not normalised to the baseline's machine speed "
-                         "by the machine yardstick (e.g. to check the machine itself)")
+    for option in OPTIONS:
+        help_text = option.full_help().replace("%", "%%")  # argparse formats help with %
+        if option.kind == SWITCH:
+            group.addoption(option.flag, dest=f"dlscale_{option.dest}", action="store_true", help=help_text)
+        elif option.kind == REPEATABLE:
+            group.addoption(option.flag, dest=f"dlscale_{option.dest}", action="append", default=[],
+                            metavar=option.value_name, help=f"{help_text} (repeatable)")
+        else:
+            group.addoption(option.flag, dest=f"dlscale_{option.dest}", type=option.kind, default=None,
+                            metavar=option.value_name, help=help_text)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -163,7 +54,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Output capture is suspended while plugins are configured: this is the terminal (or log) the
     # interrupt notices must reach from a signal handler, past any capture.
     config.stash[TERMINAL_FD_KEY] = os.dup(2)
-    values = {dest: config.getoption(f"dlscale_{dest}") for _, dest, _, _ in OPTIONS}
+    values = {option.dest: config.getoption(f"dlscale_{option.dest}") for option in OPTIONS
+              if option.kind not in (SWITCH, REPEATABLE)}
     values = {key: value for key, value in values.items() if value is not None}
     session = session_name()
     root = project_root(config.inipath, config.invocation_params.dir)
