@@ -14,7 +14,7 @@ SGD with momentum, label smoothing) at about 2 MFLOP per image, so a run is seco
 core. Upsampling 8x8 images adds no information, only compute, and a full ResNet50 would take
 hours here.
 
-Training goes through :class:`~harness.rank.frameworks.base.FrameworkAdapter` only, so it runs the same
+Training goes through :class:`~harness.rank.frameworks.base.Trainer` only, so it runs the same
 under every framework: each rank trains on its shard of each epoch's shuffled training set
 (DistributedSampler-style, padded to equal shards, incomplete batches dropped so that every step
 has exactly the global batch ``batch_per_rank x world_size``), the learning rate comes from
@@ -32,7 +32,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from harness.rank.frameworks.base import FrameworkAdapter
+from harness.rank.frameworks.base import Role, Trainer
 from harness.rank.rankenv import RankInfo, launch_port_block, read_rank_info
 from harness.rank.schedulers import LRSchedule, check_schedule, scaled_lr, set_learning_rate, study_gamma
 from harness.rank.trainloop import ProgressFn
@@ -146,7 +146,7 @@ def recalibrate_batchnorm(model: nn.Module, images: torch.Tensor, *, batch: int 
         layer.momentum = momentum
 
 
-def _average_batchnorm_statistics(adapter: FrameworkAdapter, model: nn.Module) -> None:
+def _average_batchnorm_statistics(adapter: Trainer, model: nn.Module) -> None:
     # Frameworks keep BN running statistics differently (DDP re-broadcasts rank 0's before every
     # forward, Horovod never syncs them); averaging makes evaluation the same under all of them.
     for layer in _batchnorms(model):
@@ -155,7 +155,7 @@ def _average_batchnorm_statistics(adapter: FrameworkAdapter, model: nn.Module) -
 
 
 @torch.no_grad()
-def evaluate(adapter: FrameworkAdapter, model: nn.Module, data: DigitsSplit, *, rank: RankInfo,
+def evaluate(adapter: Trainer, model: nn.Module, data: DigitsSplit, *, rank: RankInfo,
              batch: int = 500) -> float:
     """Global validation accuracy: each rank scores its shard, the counts are summed over ranks."""
     _average_batchnorm_statistics(adapter, model)
@@ -172,7 +172,7 @@ def evaluate(adapter: FrameworkAdapter, model: nn.Module, data: DigitsSplit, *, 
     return correct_total / seen_total
 
 
-def run_accuracy(adapter: FrameworkAdapter, *, rank: RankInfo, device: torch.device, schedule: str,
+def run_accuracy(adapter: Trainer, *, rank: RankInfo, device: torch.device, schedule: str,
                  epochs: int, batch_per_rank: int, base_lr: float, warmup_epochs: float,
                  label_smoothing: float = 0.1, seed: int = 1234, progress: ProgressFn | None = None,
                  reference_batch: int | None = None, momentum: float = 0.9, weight_decay: float = 1e-4,
@@ -214,7 +214,7 @@ def run_accuracy(adapter: FrameworkAdapter, *, rank: RankInfo, device: torch.dev
     optimizer = torch.optim.SGD(model.parameters(), lr=lr_at(0.0), momentum=momentum, weight_decay=weight_decay)
     adapter.wrap(model, optimizer, nn.CrossEntropyLoss(label_smoothing=label_smoothing))
     total_steps = epochs * steps_per_epoch
-    if adapter.serves():  # a parameter server: it applies the workers' gradients until they are done
+    if adapter.role() is Role.SERVES:  # a parameter server: it applies the workers' gradients until they are done
         return {**adapter.serve(progress, total_steps), "schedule": schedule, "global_batch": global_batch}
 
     started = time.perf_counter()
@@ -255,7 +255,7 @@ def run_accuracy(adapter: FrameworkAdapter, *, rank: RankInfo, device: torch.dev
 
 
 @contextlib.contextmanager
-def single_rank_adapter(framework: str = "ddp") -> Iterator[tuple[FrameworkAdapter, RankInfo]]:
+def single_rank_adapter(framework: str = "ddp") -> Iterator[tuple[Trainer, RankInfo]]:
     """A set-up adapter for a world of one process, with no launcher: for tests and the command line."""
     from harness.rank.frameworks import FRAMEWORKS
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable, Iterator
 
 from harness.rank.clocks import HostClock, StepClock, Sync
 from harness.rank.contention import OutsideWork, RunQueueWait
-from harness.rank.frameworks.base import FrameworkAdapter, LossFn
+from harness.rank.frameworks.base import LossFn, Trainer
 
 if TYPE_CHECKING:  # the loop itself runs in every runtime, torch's or not
     import torch
@@ -111,7 +111,7 @@ def run_probes(probe: ComputeProbe, batch, count: int, sync: Sync) -> list[float
     return [probe(images, labels, sync) for _ in range(count)]
 
 
-def train(adapter: FrameworkAdapter, batches: Iterable, *, warmup_steps: int, steps: int,
+def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
           device: torch.device, progress: ProgressFn, probe: ComputeProbe | None = None,
           probe_steps: int = PROBE_STEPS, own_cores: Collection[int] | None = None,
           sync: Sync | None = None, clock: StepClock | None = None) -> dict:

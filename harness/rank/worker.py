@@ -87,6 +87,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     from harness.rank.cell import Cell
     from harness.rank.faults import with_fault, with_fault_batches
     from harness.rank.frameworks import FRAMEWORKS, numerics_unsupported, serves
+    from harness.rank.frameworks.base import Role
     from harness.rank.packages import tracked_packages
     from harness.rank.runtime import RUNTIMES
     from harness.rank.trainloop import PROBE_STEPS, DelayedBatches, run_probes, train
@@ -123,10 +124,11 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
         probe = runtime.probe(model, loss_fn, device)  # before the adapter wraps the model
         adapter.wrap(model, optimizer, loss_fn)
         progress("setup", 1, 1)
-        if adapter.serves():
+        role = adapter.role()
+        if role is Role.SERVES:
             probe.close()
             samples, loader_settings = adapter.serve(progress, workload.steps), None
-        elif adapter.coordinated():
+        elif role is Role.FOLLOWS:
             loader = runtime.loader(cell.loader, workload, rank, device)
             try:
                 batch = next(iter(loader))  # the compute probe's: the steps' batches are the coordinator's

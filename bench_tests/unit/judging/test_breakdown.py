@@ -9,7 +9,7 @@ import torch
 from harness.judging.breakdown import (Breakdown, BreakdownUnavailable, CellBreakdown, as_breakdown,
                                        attribute_regression, breakdown_rows, cell_breakdown, has_breakdown,
                                        rank_breakdown)
-from harness.rank.frameworks.base import FrameworkAdapter
+from harness.rank.frameworks.base import Trainer
 from harness.rank.trainloop import ComputeProbe, DelayedBatches, train
 
 
@@ -120,7 +120,7 @@ def test_breakdown_rows_mark_the_slowest_rank():
 # -- the training loop's timers ---------------------------------------------------------------------
 
 
-class LocalAdapter(FrameworkAdapter):
+class LocalAdapter(Trainer):
     """A one-process stand-in: plain autograd, no collectives."""
 
     name = "local"

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from harness.rank.faults import Fault, SlowSteps, with_fault, with_fault_batches
-from harness.rank.frameworks.base import FrameworkAdapter
+from harness.rank.frameworks.base import Trainer
 from harness.rank.trainloop import train
 
 
-class SleepingAdapter(FrameworkAdapter):
+class SleepingAdapter(Trainer):
     """Stands in for a framework: each step's work is a sleep of ``seconds``."""
 
     name = "sleeping"

@@ -1,8 +1,14 @@
-"""The small interface every framework adapter implements. The training loop sees only this."""
+"""The small interfaces of the framework adapters. Every adapter states the role of each of its
+ranks, and the worker dispatches on it: a rank that trains runs the training loop's steps through
+a :class:`Trainer`'s members (the loop sees only those), a rank that serves (a parameter server)
+runs :meth:`Server.serve`, and a rank whose steps another process runs (TensorFlow's coordinator)
+runs :meth:`Follower.follow`. An adapter implements the interfaces of the roles its ranks take, and
+no member it cannot have."""
 from __future__ import annotations
 
 import abc
 import contextlib
+import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
@@ -15,8 +21,18 @@ if TYPE_CHECKING:  # adapters of other runtimes than torch's use this interface 
 LossFn = Callable[[Any, Any], Any]
 
 
+class Role(enum.Enum):
+    TRAINS = "trains"
+    """Runs the training loop's steps: the adapter is a :class:`Trainer`."""
+    SERVES = "serves"
+    """Serves the others until they are done: the adapter is a :class:`Server`."""
+    FOLLOWS = "follows"
+    """Another process runs this rank's steps: the adapter is a :class:`Follower`."""
+
+
 class FrameworkAdapter(abc.ABC):
-    """Wraps one distributed framework: set-up, one training step in two halves, collectives."""
+    """Wraps one distributed framework: what every rank does, whatever its role: set-up, the model's
+    place, the ranks that train, and shutting down."""
 
     name: str
     numerics: Numerics = Numerics()
@@ -38,23 +54,9 @@ class FrameworkAdapter(abc.ABC):
         """Where the runtime builds the model and optimizer (a TensorFlow strategy's scope)."""
         return contextlib.nullcontext()
 
-    def serves(self) -> bool:
-        """Whether this rank serves the others (a parameter server) instead of training."""
-        return False
-
-    def serve(self, progress: Callable[[str, int, int], None], steps: int) -> dict:
-        """A serving rank's life, until the workers are done: its record's figures."""
-        raise NotImplementedError(f"{self.name} has no serving ranks")
-
-    def coordinated(self) -> bool:
-        """Whether another process runs this training rank's steps (TensorFlow's coordinator): the
-        rank loads no data and steps nothing itself; :meth:`follow` returns its record's samples."""
-        return False
-
-    def follow(self, progress: Callable[[str, int, int], None], probes: Callable[[], list[float]]) -> dict:
-        """A coordinated rank's life until its steps are done: the samples of its steps, as the
-        training loop's; ``probes`` times this rank's compute probes (before and after the steps)."""
-        raise NotImplementedError(f"{self.name} runs its own steps")
+    def role(self) -> Role:
+        """This rank's role (known after :meth:`setup`)."""
+        return Role.TRAINS
 
     def training_ranks(self, world_size: int) -> int:
         """How many of the launch's ranks train (the global batch's, and the learning rate's, count)."""
@@ -63,6 +65,20 @@ class FrameworkAdapter(abc.ABC):
     @abc.abstractmethod
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn) -> None:
         """Make the model and optimizer distributed; keep them for the steps."""
+
+    @abc.abstractmethod
+    def barrier(self) -> None: ...
+
+    @abc.abstractmethod
+    def shutdown(self) -> None: ...
+
+    def settings(self) -> dict:
+        """Framework settings that change results, recorded in each rank's record."""
+        return {}
+
+
+class Trainer(FrameworkAdapter):
+    """An adapter whose ranks run the training loop's steps (:func:`harness.rank.trainloop.train`)."""
 
     @abc.abstractmethod
     def forward_backward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -80,12 +96,19 @@ class FrameworkAdapter(abc.ABC):
     def average(self, tensor: torch.Tensor) -> torch.Tensor:
         """Mean of ``tensor`` over all ranks."""
 
-    @abc.abstractmethod
-    def barrier(self) -> None: ...
+
+class Server(abc.ABC):
+    """An adapter with serving ranks (:attr:`Role.SERVES`)."""
 
     @abc.abstractmethod
-    def shutdown(self) -> None: ...
+    def serve(self, progress: Callable[[str, int, int], None], steps: int) -> dict:
+        """A serving rank's life, until the workers are done: its record's figures."""
 
-    def settings(self) -> dict:
-        """Framework settings that change results, recorded in each rank's record."""
-        return {}
+
+class Follower(abc.ABC):
+    """An adapter whose training ranks another process steps (:attr:`Role.FOLLOWS`)."""
+
+    @abc.abstractmethod
+    def follow(self, progress: Callable[[str, int, int], None], probes: Callable[[], list[float]]) -> dict:
+        """A coordinated rank's life until its steps are done: the samples of its steps, as the
+        training loop's; ``probes`` times this rank's compute probes (before and after the steps)."""

@@ -6,12 +6,12 @@ import datetime
 import torch
 import torch.distributed as dist
 
-from harness.rank.frameworks.base import FrameworkAdapter, LossFn
+from harness.rank.frameworks.base import LossFn, Trainer
 from harness.rank.rankenv import RankInfo
 from harness.rank.torch_numerics import LossScaling
 
 
-class DDPAdapter(FrameworkAdapter):
+class DDPAdapter(Trainer):
     name = "ddp"
 
     def __init__(self, *, bucket_cap_mb: int = 25, timeout_s: int = 300):

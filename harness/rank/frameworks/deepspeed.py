@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from harness.rank.frameworks.base import FrameworkAdapter, LossFn
+from harness.rank.frameworks.base import LossFn, Trainer
 from harness.rank.rankenv import RankInfo
 
 INSTALL_HINT = "DeepSpeed is not installed: run `bash ci/install_frameworks.sh .venv` (installs deepspeed 0.19.8)"
@@ -44,7 +44,7 @@ def merged(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict:
     return result
 
 
-class DeepSpeedAdapter(FrameworkAdapter):
+class DeepSpeedAdapter(Trainer):
     name = "deepspeed"
     keeps_weights_in_dtype = True
 

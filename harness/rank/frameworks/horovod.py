@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.rank.frameworks.base import FrameworkAdapter, LossFn
+from harness.rank.frameworks.base import LossFn, Trainer
 from harness.rank.frameworks.horovod_common import HorovodKnobs, horovod_settings, import_horovod, init_checked
 from harness.rank.rankenv import RankInfo
 from harness.rank.torch_numerics import LossScaling
@@ -15,7 +15,7 @@ from harness.rank.torch_numerics import LossScaling
 INSTALL = "ci/install_frameworks.sh .venv"
 
 
-class HorovodAdapter(FrameworkAdapter):
+class HorovodAdapter(Trainer):
     name = "horovod"
 
     def __init__(self, *, fusion_threshold_mb: float | None = None, cycle_time_ms: float | None = None):

@@ -17,14 +17,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harness.rank.frameworks.base import FrameworkAdapter, LossFn
+from harness.rank.frameworks.base import LossFn, Trainer
 from harness.rank.frameworks.horovod_common import HorovodKnobs, horovod_settings, import_horovod, init_checked
 from harness.rank.rankenv import RankInfo
 
 INSTALL = "ci/install_horovod_tf.sh"
 
 
-class HorovodTFAdapter(FrameworkAdapter):
+class HorovodTFAdapter(Trainer):
     name = "horovod_tf"
 
     def __init__(self, *, fusion_threshold_mb: float | None = None, cycle_time_ms: float | None = None):

@@ -33,7 +33,7 @@ import time
 import weakref
 from typing import Any, Mapping
 
-from harness.rank.frameworks.base import FrameworkAdapter, LossFn
+from harness.rank.frameworks.base import LossFn, Trainer
 from harness.rank.rankenv import RankInfo, address_toward
 
 ROLES = ("scheduler", "server", "worker")
@@ -121,7 +121,7 @@ class Loss:
         return float(self.value.asscalar())
 
 
-class MXNetAdapter(FrameworkAdapter):
+class MXNetAdapter(Trainer):
     name = "mxnet"
 
     def __init__(self, *, shutdown_timeout_s: float = 60.0):

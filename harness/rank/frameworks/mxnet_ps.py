@@ -24,6 +24,7 @@ import pickle
 import time
 from typing import Callable
 
+from harness.rank.frameworks.base import Server
 from harness.rank.frameworks.mxnet import AVERAGE_KEY, MXNetAdapter
 from harness.rank.frameworks.ps_common import ServerRoles, ServerStats, check_settings, workers_beside
 from harness.rank.rankenv import RankInfo
@@ -67,7 +68,7 @@ class UpdateCounter:
                 self.progress("timed", rounds, self.expected)
 
 
-class MXNetPSAdapter(ServerRoles, MXNetAdapter):
+class MXNetPSAdapter(ServerRoles, MXNetAdapter, Server):
     name = "mxnet_ps"
 
     def __init__(self, *, mode: str, ps_servers: int = 1, shutdown_timeout_s: float = 60.0):

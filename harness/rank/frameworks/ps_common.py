@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
+from harness.rank.frameworks.base import Role
+
 MODES = ("sync", "async")
 
 
@@ -37,9 +39,15 @@ class ServerRoles:
     mode: str
     servers: int
     workers: int
+    worker_role = Role.TRAINS
+    """What the ranks that do not serve do: train, or follow a coordinator that steps them."""
 
     def serves(self) -> bool:
+        """Whether this rank is one of the servers."""
         return self.rank.rank >= self.workers
+
+    def role(self) -> Role:
+        return Role.SERVES if self.serves() else self.worker_role
 
     def training_ranks(self, world_size: int) -> int:
         return world_size - self.servers

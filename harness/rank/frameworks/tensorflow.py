@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.common.jsonio import write_json_atomic
-from harness.rank.frameworks.base import FrameworkAdapter, LossFn
+from harness.rank.frameworks.base import LossFn, Trainer
 from harness.rank.rankenv import RankInfo, address_toward, own_port
 
 RENDEZVOUS_TIMEOUT_S = 300.0
@@ -53,7 +53,7 @@ def gather_published(workdir: Path, prefix: str, ranks: int, timeout_s: float = 
         time.sleep(0.1)
 
 
-class TensorFlowAdapter(FrameworkAdapter):
+class TensorFlowAdapter(Trainer):
     name = "tensorflow"
 
     def __init__(self, *, timeout_s: int = 300):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from harness.common.jsonio import write_json_atomic
-from harness.rank.frameworks.base import FrameworkAdapter
+from harness.rank.frameworks.base import Follower, FrameworkAdapter, Role, Server
 from harness.rank.frameworks.ps_common import ServerRoles, ServerStats, check_settings, workers_beside
 from harness.rank.frameworks.tensorflow import publish_and_gather
 from harness.rank.rankenv import RankInfo, spare_port
@@ -113,8 +113,9 @@ def server_stats(steps_by_worker: Sequence[Sequence[Sequence[float]]], warmup: i
                        last_update=max(steps[-1][applied] for steps in timed if steps))
 
 
-class TensorFlowPSAdapter(ServerRoles, FrameworkAdapter):
+class TensorFlowPSAdapter(ServerRoles, FrameworkAdapter, Server, Follower):
     name = "tensorflow_ps"
+    worker_role = Role.FOLLOWS
 
     def __init__(self, *, mode: str = "async", ps_servers: int = 1, shutdown_timeout_s: float = 60.0):
         check_settings(mode, ps_servers)
@@ -155,9 +156,6 @@ class TensorFlowPSAdapter(ServerRoles, FrameworkAdapter):
 
     def wrap(self, model, optimizer, loss_fn) -> None:
         pass  # the coordinator builds the model that trains; this rank's copy serves its compute probe
-
-    def coordinated(self) -> bool:
-        return not self.serves()
 
     def follow(self, progress: Callable[[str, int, int], None], probes: Callable[[], list[float]]) -> dict:
         before = probes()
@@ -206,17 +204,8 @@ class TensorFlowPSAdapter(ServerRoles, FrameworkAdapter):
             raise RuntimeError(f"TensorFlow's coordinator (rank 0's child, pid {self.coordinator.pid}) exited with "
                                f"status {self.coordinator.returncode} before the steps were done")
 
-    def average(self, tensor):
-        raise NotImplementedError("TensorFlow's parameter-server ranks exchange nothing but through the coordinator")
-
     def barrier(self) -> None:
         pass  # the coordinator orders the ranks' phases (files in the launch's directory)
-
-    def forward_backward(self, images, labels):
-        raise NotImplementedError("the coordinator runs TensorFlow's parameter-server steps")
-
-    def optimizer_step(self) -> None:
-        raise NotImplementedError("the coordinator runs TensorFlow's parameter-server steps")
 
     def shutdown(self) -> None:
         """Rank 0 waits for its coordinator to end (at once, while an error propagates)."""

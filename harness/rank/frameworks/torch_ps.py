@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from harness.rank.frameworks.base import FrameworkAdapter, LossFn
+from harness.rank.frameworks.base import LossFn, Server, Trainer
 from harness.rank.frameworks.ps_common import ServerRoles, check_settings, workers_beside
 from harness.rank.frameworks.ps_shards import Reply, Shard, assign_shards
 from harness.rank.rankenv import RankInfo
@@ -55,7 +55,7 @@ def _finish(worker: int) -> None:
     _shard.finish(worker)
 
 
-class TorchPSAdapter(ServerRoles, FrameworkAdapter):
+class TorchPSAdapter(ServerRoles, Trainer, Server):
     name = "torch_ps"
 
     def __init__(self, *, mode: str, ps_servers: int = 1, timeout_s: int = 300):
