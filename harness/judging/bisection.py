@@ -82,7 +82,7 @@ class Placement:
 
 
 def _ratio(verdict: PairedVerdict) -> str:
-    return f"{verdict.ratio.value:.3f} [{verdict.ratio.low:.3f}, {verdict.ratio.high:.3f}]"
+    return verdict.ratio.text(3)
 
 
 def _verdict_json(verdict: PairedVerdict) -> dict:

@@ -35,6 +35,9 @@ MOST_SERIOUS_FIRST = (VerdictKind.FAIL, VerdictKind.STALE, VerdictKind.MACHINE_D
                       VerdictKind.NO_BASELINE, VerdictKind.FASTER, VerdictKind.PASS)
 """A cell's one verdict is the first of these among its metrics' verdicts."""
 
+ERROR = "error"
+"""What a cell, an A/B or an accuracy cell says where a launch failed and nothing was judged."""
+
 UNJUDGED = frozenset({VerdictKind.NO_BASELINE, VerdictKind.STALE, VerdictKind.MACHINE_DIFFERS})
 """Measured but not judged; ``--strict-verdicts`` fails them."""
 

@@ -53,7 +53,7 @@ class PairedVerdict:
 
     @property
     def message(self) -> str:
-        text = (f"current/reference {self.ratio.value:.3f} [{self.ratio.low:.3f}, {self.ratio.high:.3f}] "
+        text = (f"current/reference {self.ratio.text(3)} "
                 f"over {self.pairs} pairs, Wilcoxon p={self.p_value:.3g}, minimum effect {self.min_effect:.0%}")
         return text + "".join(f"; {flag}" for flag in self.flags)
 

@@ -57,14 +57,15 @@ class Estimate:
     def too_few_samples(self) -> bool:
         return not (math.isfinite(self.low) and math.isfinite(self.high))
 
-    def text(self, digits: int) -> str:
-        """``value [low, high]`` with ``digits`` decimals; the value alone where it is exact,
-        ``[no CI]`` after it where there is no interval."""
+    def text(self, digits: int, style: str = "f") -> str:
+        """``value [low, high]`` with ``digits`` decimals (``style`` ``"g"``: significant digits); the
+        value alone where it is exact, ``[no CI]`` after it where there is no interval."""
+        spec = f".{digits}{style}"
         if self.low == self.high:
-            return f"{self.value:.{digits}f}"
+            return format(self.value, spec)
         if self.too_few_samples:
-            return f"{self.value:.{digits}f} [no CI]"
-        return f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+            return f"{self.value:{spec}} [no CI]"
+        return f"{self.value:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
 
     def to_json(self) -> dict:
         """As results files and the history hold it: an end the interval lacks is null."""
@@ -278,7 +279,7 @@ def verdict(
         which = "lower_rel" if higher_is_better else "upper_rel"
         raise ValueError(f"{which} is required: it is the regression edge of this metric's band")
 
-    interval = f"{measured.value:.4g} [{measured.low:.4g}, {measured.high:.4g}]"
+    interval = measured.text(4, "g")
     bad_edge = reference * (1 + bad_rel)
     good_edge = None if good_rel is None else reference * (1 + good_rel)
     # Flip signs for lower-is-better metrics so that one set of comparisons serves both directions.

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from harness.judging.kinds import VerdictKind
+from harness.judging.kinds import ERROR, VerdictKind
 from harness.judging.stats import Estimate
 from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.judging.verdicts import Evidence, Reference, judge_cell, overall
@@ -69,7 +69,7 @@ def _judged(old: Mapping, new: Mapping, old_config: Mapping, new_config: Mapping
             use_yardstick: bool, old_name: str) -> Compared:
     before, after = Estimate.from_json(old.get("throughput")), Estimate.from_json(new.get("throughput"))
     if before is None or after is None:
-        return Compared(cell=new["cell"], old=before, new=after, verdict="error",
+        return Compared(cell=new["cell"], old=before, new=after, verdict=ERROR,
                         messages=(f"no throughput in the {'old' if before is None else 'new'} file",))
     entry = {"throughput": {"value": before.value}, "config_hash": old.get("config_hash"), "config": old_config,
              "fingerprint": old.get("fingerprint"), "yardstick": old.get("yardstick"),

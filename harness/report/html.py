@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from harness.common.jsonio import finite_number
 from harness.config.cells import scaling_cell
 from harness.judging.breakdown import PARTS, BreakdownUnavailable, breakdown_rows, cell_breakdown
-from harness.judging.kinds import VerdictKind
+from harness.judging.kinds import ERROR, VerdictKind
 from harness.judging.stats import Estimate
 from harness.report.collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes,
                                         load_collectives, lower_bound_rows, parameter_count, peak_busbw)
@@ -38,7 +38,7 @@ DEFAULT_PUBLISHED = Path(__file__).resolve().with_name("published-aach2023.json"
 """The study's published figures (Aach et al. 2023), shipped with the package."""
 COLLECTIVES_FILE = Path("results") / "collectives.json"
 """Where the collective benchmark writes, relative to the project's root (or the current directory)."""
-VERDICT_ROW_CLASSES = {VerdictKind.FAIL: "fail", "error": "fail", VerdictKind.PASS: "pass"}
+VERDICT_ROW_CLASSES = {VerdictKind.FAIL: "fail", ERROR: "fail", VerdictKind.PASS: "pass"}
 """The summary's rows coloured by the verdict's first word (``error (timeout)`` is an error)."""
 
 STYLE = """

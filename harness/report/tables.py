@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from harness.common.jsonio import finite_number
-from harness.judging.kinds import VerdictKind
+from harness.judging.kinds import ERROR, VerdictKind
 from harness.judging.yardstick import normalise
 from harness.judging.stats import Estimate
 
@@ -34,7 +34,7 @@ def summary_rows(cells: Sequence[Mapping]) -> list[list[str]]:
         if cell.get("contended_runs"):
             runs += f" ({cell['contended_runs']} contended, left out)"
         verdict = cell.get("verdict", "-")
-        if verdict == "error":
+        if verdict == ERROR:
             verdict = f"error ({cell.get('status', '-')})"
         if throughput is None:
             rows.append([cell["cell"], cell.get("launcher", "-"), "-", "-", "-", "-",

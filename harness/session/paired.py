@@ -10,7 +10,7 @@ import statistics
 import time
 from typing import Callable
 
-from harness.judging.kinds import PairedKind
+from harness.judging.kinds import ERROR, PairedKind
 from harness.judging.metrics import parallel_efficiency, summarize, trim_warmup
 from harness.judging.paired import ORDERS, Pair, PairedVerdict, cause_of, judge_pairs, next_orders, pairs_wanted
 from harness.launch.runner import CellRun
@@ -58,7 +58,7 @@ class PairedResult:
 
     @property
     def verdict_kind(self) -> str:
-        return self.verdict.kind if self.verdict else "error"
+        return self.verdict.kind if self.verdict else ERROR
 
     def median(self, side: str) -> float:
         return statistics.median(getattr(pair, side) for pair in self.pairs)

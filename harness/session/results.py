@@ -5,6 +5,7 @@ import dataclasses
 
 from harness.config.cells import AccuracyCell
 from harness.judging.breakdown import CellBreakdown
+from harness.judging.kinds import ERROR
 from harness.judging.metrics import CellMetrics
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import Verdict, overall
@@ -65,7 +66,7 @@ class CellResult:
     @property
     def verdict(self) -> str:
         if not self.ok:
-            return "error"
+            return ERROR
         return overall(self.verdicts)
 
     def to_json(self) -> dict:
@@ -110,7 +111,7 @@ class AccuracyResult:
     @property
     def verdict_kind(self) -> str:
         """The verdict's name, or ``error`` where the run failed and nothing was judged."""
-        return self.verdict.kind if self.verdict else "error"
+        return self.verdict.kind if self.verdict else ERROR
 
     @property
     def final_accuracy(self) -> float | None:

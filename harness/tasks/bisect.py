@@ -244,8 +244,7 @@ class Bisect:
     def _finish(self, step: dict, low: int, mid: int, high: int, placement: bisection.Placement) -> None:
         if (low, high) == (0, len(self.points) - 1) and placement.ends.kind != PairedKind.REGRESSED:
             raise BisectError(f"the good end is not faster than the bad one: bad/good "
-                              f"{placement.ends.ratio.value:.3f} [{placement.ends.ratio.low:.3f}, "
-                              f"{placement.ends.ratio.high:.3f}] over {placement.ends.pairs} rounds "
+                              f"{placement.ends.ratio.text(3)} over {placement.ends.pairs} rounds "
                               f"({placement.ends.kind}, minimum effect {self.settings.min_effect:.0%})")
         kind, placed_by = placement.kind, "test"
         if kind == bisection.UNCLEAR:

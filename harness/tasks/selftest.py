@@ -43,7 +43,7 @@ from typing import Callable, Mapping, Sequence
 
 from harness.config.cells import parse_cell_id
 from harness.machine.node import cpu_identity
-from harness.judging.kinds import VerdictKind
+from harness.judging.kinds import ERROR, VerdictKind
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import Reference
 from harness.rank.cell import Cell
@@ -369,7 +369,7 @@ def run_selftest(config: SelftestConfig, on_progress: Callable[[str], None] | No
         change = f" ({rerun.throughput.value / reference.value - 1:+.1%} as measured)" if rerun.throughput else ""
         say(f"rerun {index + 1}/{len(order)} {regression.name}{' with a neighbour' if neighbour else ''}: "
             f"{rerun.throughput.text(2) if rerun.throughput else 'no figure'}{change}, {seen}, "
-            f"{rerun.launches} launch(es) -> {rerun.verdict}" + (f": {rerun.message}" if rerun.verdict == "error" else ""))
+            f"{rerun.launches} launch(es) -> {rerun.verdict}" + (f": {rerun.message}" if rerun.verdict == ERROR else ""))
     return SelftestReport(config=config, regressions=regressions, launcher=recorder.launcher_name,
                           cores_per_rank=recorder.prepared.cores_per_rank, workload=dataclasses.asdict(recorder.prepared.workload),
                           reference=reference, baseline=baseline, reruns=reruns, wall_s=time.monotonic() - started,
