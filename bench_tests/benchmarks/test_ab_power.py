@@ -38,9 +38,9 @@ over the steps costs the same whichever leading steps the warm-up detection drop
 forward and backward on one or two images every third to fifth step cost 3.4% in one session and
 10% in another (MSER-5 cuts the first 5 of the 12 steps or none, and with them one or two of the
 three slow ones). On the 2-core VM of 2026-11-28 a forward on one image every step cost 7.8-9.2%
-(two comparisons of 8 pairs), which puts three images every second step at about 6%: against the
-3% minimum effect, 32 pairs of this cell (a per-pair spread of about 4.4%) find 5% about 7 times
-in 10 and 6% about 19 in 20."""
+(two comparisons of 8 pairs), and this default cost 5.1% (the mean per-pair log ratio of ten
+comparisons, 256 pairs): found in 6 of 10 within 32 pairs at the 3% minimum effect, 8 of 10 when the
+same pairs are judged at 2% (docs/measurements.md, "Power")."""
 MORE_WORK_SUBJECT = f"every step {EVERY} apart also predicts {IMAGES} image(s) of its batch"
 MORE_WORK = STEP + (f"            if index % {EVERY} == 0:\n"
                     "                import torch\n"
