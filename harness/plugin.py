@@ -315,11 +315,9 @@ def _write_accuracy_plots(results, directory: Path) -> list[Path]:
 def _write_summary(terminalreporter, suite: Suite) -> None:
     ready = suite.prepared
     terminalreporter.section("dlscale summary")
-    own = ready.baselines.tunables.differences()
+    own = ", ".join(f"{name} {value:g}" for name, value in ready.baselines.tunables.differences().items())
     terminalreporter.write_line(f"system {ready.system}, launcher {suite.launcher_name}, baselines {ready.baselines.path}"
-                                + _cores_words(suite)
-                                + ("; the system's tunables: " + ", ".join(f"{name} {value:g}" for name, value in own.items())
-                                   if own else ""))
+                                + _cores_words(suite) + (f"; the system's tunables: {own}" if own else ""))
     terminalreporter.write_line(format_table(summary_rows([result.to_json() for result in suite.results])))
     ratios = framework_ratios((result.cell, result.records) for result in suite.results if result.metrics)
     if ratios:

@@ -37,7 +37,7 @@ class Yardstick:
     noise: float | None = None
     """A baseline's: how far one more launch's yardstick may stray from this mean on the same
     machine, relative (the 99% prediction half-width over the launches it was recorded from);
-    ``None`` where it was recorded from one launch (:attr:`harness.judging.tunables.Tunables.yardstick_noise` stands in)."""
+    ``None`` where it was recorded from one launch (the system's ``yardstick_noise`` tunable stands in)."""
 
     def to_json(self) -> dict:
         stored = {"seconds": round(self.seconds, 6), "spread": round(self.spread, 4), "version": self.version,

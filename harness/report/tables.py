@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from harness.common.jsonio import finite_number
 from harness.judging.kinds import ERROR, VerdictKind
-from harness.judging.yardstick import normalise
 from harness.judging.stats import Estimate
+from harness.judging.yardstick import normalise
 
 if TYPE_CHECKING:
     from harness.session.paired import PairedResult
@@ -35,7 +35,7 @@ def summary_rows(cells: Sequence[Mapping]) -> list[list[str]]:
             runs += f" ({cell['contended_runs']} contended, left out)"
         verdict = cell.get("verdict", "-")
         if verdict == ERROR:
-            verdict = f"error ({cell.get('status', '-')})"
+            verdict = f"{ERROR} ({cell.get('status', '-')})"
         if throughput is None:
             rows.append([cell["cell"], cell.get("launcher", "-"), "-", "-", "-", "-",
                          f"{baseline:.1f}" if baseline else "-", "-", "-", runs, verdict])
