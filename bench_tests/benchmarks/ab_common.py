@@ -17,6 +17,8 @@ from harness import HARNESS_SOURCE
 LAUNCHER = os.environ.get("DLSCALE_AA_LAUNCHER", "mpirun")
 CELL_FLAGS = ["--frameworks", "ddp", "--loaders", "synthetic", "--models", JUDGED_MODEL, "--gpus", "1",
               "--image-size", "32", "--batch-size", "16", "--steps", "12", "--warmup-steps", "2"]
+MIN_EFFECT = os.environ.get("DLSCALE_AB_MIN_EFFECT")
+"""Every A/B benchmark's minimum effect (``--min-effect``) where set; else the system's tunable."""
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +35,7 @@ def start_suite(directory: Path, system: str, *flags: str, log=None, project: Pa
         (directory / "test_scaling.py").write_text(SCALING_TEST.read_text())
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
                "--rootdir", str(directory), "--system", system, "--launcher", LAUNCHER, *CELL_FLAGS, "--no-history",
-               *flags]
+               *(["--min-effect", MIN_EFFECT] if MIN_EFFECT else []), *flags]
     return subprocess.Popen(command, cwd=directory, env=dict(os.environ, PYTHONPATH=str(project), **(env or {})),
                             stdout=log or subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
