@@ -14,6 +14,18 @@
 #      one CPU server), fp32, measured once and judged against the system's baselines (DDP with as
 #      many training ranks is part 2's ddp-synthetic-resnet50-g<N>);
 #   7. unit: the unit tests, on a machine where torch sees a GPU (last: it gets what is left).
+# Two more parts run only where GPU_CHECK_PARTS names them: an A/B in one session (--against, 6
+# pairs of launches of DDP's synthetic cell on one GPU) through NCCL and torchrun:
+#   ab_regression: the current side slowed by a launch variable users meet (NVIDIA_TF32_OVERRIDE=0:
+#      cuBLAS and cuDNN refuse TF32, on the tf32 cell; with --cpu ATEN_CPU_CAPABILITY=default, ATen
+#      without vector kernels, on fp32), the reference without it: the part expects `regressed`;
+#   ab_same: bf16 (fp32 with --cpu) against a reference that differs only in a variable no rank reads:
+#      the part expects `same` or `inconclusive`, never `regressed` or `improved`.
+#   Each takes 5-7 minutes on one GPU: one a call (GPU_CHECK_PARTS=ab_same GPU_CHECK_BUDGET_S=560). An
+#   A/B cut short by the budget keeps and judges the pairs it measured.
+# On a node without network whose image has torch but not all of dlscale's dependencies (the lent
+# H200s: google-crc32c, arch, ruptures), carry those as wheels and put them on PYTHONPATH; a
+# checkout without `pip install` gets the suite's plugin from the source tree.
 # Parts 2-5 record their cells into baselines/<system>.json (--update-baselines --repeat 3: a band
 # from three launches, the provenance the suite records), <system> named from the GPU
 # (torch.cuda.get_device_name(): h100-sxm, h100-pcie, h200-sxm, a100-sxm, ...; GPU_CHECK_SYSTEM
@@ -62,8 +74,9 @@ if ((cpu)); then
     # the plumbing only: one round of three steps holds no harness/reference ratio worth a verdict
     reference_env=(DLSCALE_REFERENCE_ROUNDS=1 DLSCALE_REFERENCE_WORKLOAD=batch_size=8,warmup_steps=1,steps=3
                    DLSCALE_REFERENCE_MIN_RATIO=0)
+    ab_slower=ATEN_CPU_CAPABILITY=default ab_slower_dtype=fp32 ab_same_dtype=fp32
     declare -A NEED=([reference]=300 [ddp]=300 [ddp_channels_last]=120 [deepspeed]=150 [ddp_native]=120
-                     [parameter_server]=150 [unit]=570)
+                     [parameter_server]=150 [ab_regression]=300 [ab_same]=300 [unit]=570)
 else
     ranks="${positional[1]:-$("$python" -c 'import torch; print(torch.cuda.device_count())')}"
     if [[ "$ranks" == 0 ]]; then
@@ -99,11 +112,16 @@ EOF
     # parameter-server cell 37 s, the unit tests about 60 s. A whole check fills about 11.5 min of a
     # 15-min lease with the machine's start; a part that ran out keeps the cells it finished, and
     # GPU_CHECK_PARTS reruns the rest.
+    ab_slower=NVIDIA_TF32_OVERRIDE=0 ab_slower_dtype=tf32 ab_same_dtype=bf16
+    # the A/B parts, 12 launches each: on one H200 (2026-11-28) bf16's launches took about 21 s
+    # (11 in 230 s), the TF32-refused ones longer (6 in 262 s, as the progress lines showed them);
+    # together they need more than one 10-minute call of a lent machine: one part a call
     declare -A NEED=([reference]=145 [ddp]=195 [ddp_channels_last]=65 [deepspeed]=75 [ddp_native]=70
-                     [parameter_server]=80 [unit]=60)
+                     [parameter_server]=80 [ab_regression]=400 [ab_same]=280 [unit]=60)
 fi
-ORDER=(reference ddp ddp_channels_last deepspeed ddp_native parameter_server unit)
-chosen=",${GPU_CHECK_PARTS:-$(IFS=,; echo "${ORDER[*]}")},"
+ORDER=(reference ddp ddp_channels_last deepspeed ddp_native parameter_server ab_regression ab_same unit)
+DEFAULT_PARTS=(reference ddp ddp_channels_last deepspeed ddp_native parameter_server unit)
+chosen=",${GPU_CHECK_PARTS:-$(IFS=,; echo "${DEFAULT_PARTS[*]}")},"
 for name in ${GPU_CHECK_PARTS:+${GPU_CHECK_PARTS//,/ }}; do
     [[ -v "NEED[$name]" ]] || { echo "gpu_check: no part $name; the parts: ${ORDER[*]}" >&2; exit 2; }
 done
@@ -143,6 +161,28 @@ part() {  # part NAME COMMAND...: run one part within its share of the budget, i
     summary+=("$name: exit $rc after $((SECONDS - started))s")
     ((rc == 0)) || status=1
 }
+expect_paired() {  # expect_paired NAME VERDICT...: the A/B verdict in OUT_DIR/NAME.json is one of VERDICT...
+    [[ "$chosen" == *",$1,"* ]] || return 0
+    local name="$1"; shift
+    if [[ ! -f "$out/$name.json" ]]; then
+        summary+=("$name: no A/B verdict (no $out/$name.json)")
+        status=1
+        return
+    fi
+    local said
+    said="$("$python" -c 'import json, sys
+cells = json.load(open(sys.argv[1]))["paired_cells"]
+print(" ".join(c["verdict"] for c in cells) or "none")' "$out/$name.json")"
+    local verdict
+    for verdict in $said; do
+        if [[ " $* " != *" $verdict "* ]]; then
+            summary+=("$name: A/B verdict $said, expected one of: $*")
+            status=1
+            return
+        fi
+    done
+    summary+=("$name: A/B verdict $said, as expected")
+}
 skip() {  # skip NAME REASON: a part that cannot run here, said so, not failed
     [[ "$chosen" == *",$1,"* ]] || return 0
     echo "== $1: skipped: $2" | tee "$out/$1.log"
@@ -162,6 +202,11 @@ skip() {  # skip NAME REASON: a part that cannot run here, said so, not failed
         echo "no git checkout here: the baselines' provenance will have no git commit"
 } 2>&1 | tee "$out/machine.log"
 
+# a checkout copied onto a node without `pip install`: the suite's plugin from the source tree
+if ! "$python" -c 'import importlib.metadata as m, sys
+sys.exit(not any(e.name == "dlscale" for e in m.entry_points(group="pytest11")))'; then
+    export PYTEST_PLUGINS=harness.plugin
+fi
 suite=("$python" -m pytest -m scaling --pyargs harness.bench -p no:cacheprovider --launcher torchrun
        --device "$device" "${workload[@]}" --no-history --results-dir="$out/results")
 record=(--update-baselines --repeat 3 --measure-budget 0 --system "$system" --baselines-dir="$baselines")
@@ -185,6 +230,16 @@ part ddp_native "${suite[@]}" "${record[@]}" --gpus "$rank_list" --frameworks dd
 part parameter_server "${suite[@]}" --gpus 2 --frameworks torch_ps_sync,torch_ps_async --loaders synthetic \
     --measure-budget 0 --hang-timeout 120 --system "$system" --baselines-dir="$baselines" \
     --results-json="$out/parameter_server.json"
+paired=(--gpus 1 --frameworks ddp --loaders synthetic --pairs 6 --max-pairs 6 --system "$system"
+        --baselines-dir="$baselines")
+# pytest exits 1 where the A/B says regressed (its test fails): expect_paired judges the verdict
+part ab_regression bash -c '"$@"; (($? <= 1))' ab_regression "${suite[@]}" "${paired[@]}" \
+    --dtypes "$ab_slower_dtype" --launch-env "$ab_slower" --against "env:${ab_slower%%=*}" \
+    --results-json="$out/ab_regression.json"
+expect_paired ab_regression regressed
+part ab_same "${suite[@]}" "${paired[@]}" --dtypes "$ab_same_dtype" --against env:DLSCALE_GPU_CHECK_SIDE=reference \
+    --results-json="$out/ab_same.json"
+expect_paired ab_same same inconclusive
 # -v: each test's name as it ends, so a part cut short still says which tests failed
 part unit "$python" -m pytest bench_tests/unit -v -rfE --tb=short -p no:cacheprovider --timeout 60
 

@@ -355,7 +355,9 @@ def _write_paired_summary(terminalreporter, suite: Suite) -> None:
     counts = collections.Counter(result.verdict_kind for result in suite.paired_results)
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
     for result in suite.paired_results:
-        for line in ([result.error] if result.error else []) + list(result.verdict.flags if result.verdict else ()):
+        lines = [f"interrupted after {len(result.pairs)} pairs: judged on those"] if result.interrupted else []
+        lines += ([result.error] if result.error else []) + list(result.verdict.flags if result.verdict else ())
+        for line in lines:
             terminalreporter.write_line(f"{result.cell.id}: {line}")
         if result.stored_baseline:
             stored = result.stored_baseline
@@ -367,7 +369,9 @@ def _write_paired_summary(terminalreporter, suite: Suite) -> None:
 
 def _interrupt_line(suite: Suite, skipped: list[str]) -> str:
     """One line: what an interrupted session kept and what it dropped."""
-    finished = [result.cell.id for result in suite.results] + [result.cell.id for result in suite.accuracy_results]
+    finished = ([result.cell.id for result in suite.results] + [result.cell.id for result in suite.accuracy_results]
+                + [f"{result.cell.id} (A/B: {len(result.pairs)} pairs, {result.verdict_kind})"
+                   for result in suite.paired_results])
     places = [name for name, used in (("results file", suite.options.results_json), ("history", suite.options.history_dir),
                                       ("baselines", suite.baseline_changes)) if used]
     kept = (f"kept {len(finished)} finished cell(s) ({', '.join(finished)})" + (f" in the {', '.join(places)}" if places else "")

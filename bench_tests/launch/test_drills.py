@@ -5,6 +5,7 @@ cells on nodes that do not answer. Leftovers are found by scanning /proc, never 
 Each drill prints one "[drill]" line with its timings (shown without -s) and records them as
 junit properties. Times are wall-clock seconds on this shared 2-core machine.
 """
+import contextlib
 import json
 import os
 import re
@@ -308,6 +309,52 @@ def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, re
     rows, problems = read_history(history / "drillsys.jsonl")  # appended line by line: none torn
     assert problems == [] and [row["cell"] for row in rows] == [first]
     assert [path for path in tmp_path.rglob("*.tmp")] == [], "a half-written file was left"
+
+
+def test_ctrl_c_mid_a_b_keeps_the_pairs_measured(tmp_path):
+    """Ctrl-C once while an A/B (--against) launches its third pair: the session exits INTERRUPTED
+    without a traceback, the two pairs measured are judged and kept in the results file (the launch
+    in flight left out), and no process is left behind."""
+    shutil.copy(SCALING_TEST, tmp_path / "test_scaling.py")
+    mark = uuid.uuid4().hex
+    results = tmp_path / "r.json"
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling",
+               "--system", "drillsys", "--baselines-dir", str(tmp_path / "baselines"), "--launcher", "torchrun",
+               "--frameworks", "ddp", "--loaders", "synthetic", "--models", TEST_MODEL, "--gpus", "1",
+               "--against", "env:DLSCALE_DRILL_SIDE=reference", "--results-json", str(results),
+               "--image-size", str(TINY.image_size), "--batch-size", str(TINY.batch_size), "--steps", "20",
+               "--warmup-steps", str(TINY.warmup_steps), "--num-workers", str(TINY.num_workers)]
+    env = dict(os.environ, DLSCALE_DRILL_MARK=mark,
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    log_path = tmp_path / "pytest.log"
+    with open(log_path, "wb") as log:
+        suite = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True, preexec_fn=_takes_ctrl_c)
+    finished = set()  # (side, mtime) of each launch's rank record: one per launch that finished
+    try:
+        deadline = time.monotonic() + 300
+        while len(finished) < 4:
+            assert suite.poll() is None, f"the suite ended early:\n{log_path.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "two pairs did not finish in 300 s"
+            for record in tmp_path.glob("results/latest/cells/*/*/record-rank0.json"):
+                with contextlib.suppress(FileNotFoundError):
+                    finished.add((record.parent.parent.name, record.stat().st_mtime_ns))
+            time.sleep(0.1)
+        time.sleep(3)  # past the end of the 4th launch, into the 5th (about 10 s here)
+        _press_ctrl_c(suite, [0.0])
+    finally:
+        if suite.poll() is None:
+            os.killpg(suite.pid, signal.SIGKILL)
+    _wait_until_none(mark.encode(), timeout_s=30)
+    log = log_path.read_text()
+    assert pids_with(mark.encode()) == [], "worker processes outlived the interrupted A/B"
+    assert suite.returncode == pytest.ExitCode.INTERRUPTED, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    kept = json.loads(results.read_text())["paired_cells"]
+    assert [(cell["interrupted"], len(cell["pairs"]), cell["launches"]) for cell in kept] == [(True, 2, 4)], log[-3000:]
+    assert kept[0]["verdict"] == "inconclusive"  # two pairs cannot tell
+    assert "interrupted after 2 pairs: judged on those" in log
+    assert "kept 1 finished cell(s) (ddp-synthetic-resnet20-g1 (A/B: 2 pairs, inconclusive))" in log, log[-3000:]
 
 
 def _where_it_landed(log: str, sent: int) -> str:

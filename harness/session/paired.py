@@ -51,6 +51,9 @@ class PairedResult:
     launches: int = 0
     wall_s: float = 0.0
     seed: int = 0
+    interrupted: bool = False
+    """The session was interrupted (Ctrl-C, the batch system's SIGTERM) before the pairs' rounds were
+    over: the verdict judges the pairs measured until then, the launch in flight left out."""
 
     @property
     def ok(self) -> bool:
@@ -72,7 +75,7 @@ class PairedResult:
             "flags": list(verdict.flags) if verdict else [], "efficiency": self.efficiency,
             "pairs": [dataclasses.asdict(pair) for pair in self.pairs], "dropped": self.dropped,
             "error": self.error, "launches": self.launches, "wall_s": round(self.wall_s, 3), "seed": self.seed,
-            "stored_baseline": self.stored_baseline,
+            "stored_baseline": self.stored_baseline, "interrupted": self.interrupted,
         }
 
 
@@ -84,11 +87,23 @@ def launch_figure(run: CellRun) -> float:
 def measure_pairs(cell: Cell, reference: Environment, launch: LaunchFn, settings: PairSettings,
                   seed: int | None = None, on_progress: Callable[[str], None] | None = None) -> PairedResult:
     """Launch pairs until the verdict is clear, ``settings.most`` pairs are in or the budget would
-    be passed."""
+    be passed. An interrupt (``KeyboardInterrupt``) ends the pairs: the result judges those measured
+    and says it was interrupted; the caller, having kept it, lets the interrupt go on."""
     seed = random.SystemRandom().randrange(2 ** 32) if seed is None else seed
-    rng = random.Random(seed)
     result = PairedResult(cell=cell, reference=reference, seed=seed)
     started = time.monotonic()
+    try:
+        _measure_rounds(result, launch, settings, random.Random(seed), started, on_progress)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        if len(result.pairs) >= 2:
+            result.verdict = judge_pairs(result.pairs, min_effect=settings.min_effect)
+    result.wall_s = time.monotonic() - started
+    return result
+
+
+def _measure_rounds(result: PairedResult, launch: LaunchFn, settings: PairSettings, rng: random.Random,
+                    started: float, on_progress: Callable[[str], None] | None) -> None:
     while (target := pairs_wanted(len(result.pairs), settings.first, settings.most)) is not None:
         per_pair = (time.monotonic() - started) / max(1, len(result.pairs) + len(result.dropped))
         if result.pairs and per_pair * (target - len(result.pairs)) > settings.budget_s - (time.monotonic() - started):
@@ -99,17 +114,14 @@ def measure_pairs(cell: Cell, reference: Environment, launch: LaunchFn, settings
                 if len(result.dropped) >= 2 and len(result.dropped) > len(result.pairs):
                     result.error = (f"{len(result.dropped)} of {len(result.dropped) + len(result.pairs)} pairs "
                                     f"failed; last: {result.dropped[-1]}")
-                    result.wall_s = time.monotonic() - started
-                    return result
+                    return
         if len(result.pairs) >= 2:
             result.verdict = judge_pairs(result.pairs, min_effect=settings.min_effect)
             if on_progress:
-                on_progress(f"{cell.id}: {result.verdict.kind} after {len(result.pairs)} pairs "
+                on_progress(f"{result.cell.id}: {result.verdict.kind} after {len(result.pairs)} pairs "
                             f"({result.verdict.ratio.value:.3f})")
             if result.verdict.kind != PairedKind.INCONCLUSIVE:
-                break
-    result.wall_s = time.monotonic() - started
-    return result
+                return
 
 
 def _one_pair(result: PairedResult, order: str, launch: LaunchFn) -> None:

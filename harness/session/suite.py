@@ -246,6 +246,8 @@ class Suite:
                     training_ranks(reference_cell.framework, reference_cell.ranks, self.ps_servers))
         self.paired_results.append(result)
         self._keep_results()
+        if result.interrupted:
+            raise KeyboardInterrupt  # the session's interrupt, which measure_pairs held while the pairs were kept
         return result
 
     def confirm(self, result: CellResult, on_progress: Callable[[str], None] | None = None) -> Confirmation:
@@ -268,6 +270,8 @@ class Suite:
                                                 references.difference(reference, ready.current_environment)))
         result.confirmation = confirmation.to_json()
         self._keep_results()
+        if confirmation.paired and confirmation.paired.interrupted:
+            raise KeyboardInterrupt
         return confirmation
 
     def _baseline_environment(self, recorded: dict, stack_changes: list[str]) -> references.Environment | None:

@@ -61,6 +61,17 @@ def test_a_side_that_keeps_failing_ends_the_comparison_with_its_error():
     assert confirmed_by(result, "none").cause == "unknown"
 
 
+def test_an_interrupt_keeps_the_pairs_measured_and_judges_them():
+    def launch(side, inner=launch_of(lambda side, n: 0.2 if side == "reference" else 0.25), count=itertools.count()):
+        if next(count) == 13:  # the 14th launch: the second side of the 7th pair
+            raise KeyboardInterrupt
+        return inner(side)
+
+    result = measure_pairs(CELL, REFERENCE, launch, SETTINGS, seed=5)
+    assert result.interrupted and len(result.pairs) == 6 and result.launches == 13
+    assert result.verdict.kind == "regressed" and result.to_json()["interrupted"] is True
+
+
 def test_the_summary_shows_the_stored_baselines_verdict_only_where_a_cell_has_one():
     judged = measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2), SETTINGS, seed=1)
     assert paired_rows([judged])[0][-1] == "verdict"
