@@ -357,6 +357,8 @@ def _write_paired_summary(terminalreporter, suite: Suite) -> None:
     for result in suite.paired_results:
         lines = [f"interrupted after {len(result.pairs)} pairs: judged on those"] if result.interrupted else []
         lines += ([result.error] if result.error else []) + list(result.verdict.flags if result.verdict else ())
+        if result.verdict and result.verdict.pairs_needed:
+            lines.append(f"{result.verdict.kind}: {result.verdict.pairs_needed} (--max-pairs)")
         for line in lines:
             terminalreporter.write_line(f"{result.cell.id}: {line}")
         if result.stored_baseline:

@@ -53,7 +53,8 @@ def compare(directory: Path, label: str, index: int, total: int, *flags: str, sy
     ratio = cell["ratio"] or {}
     print(f"{label} {index + 1}/{total}: {cell['verdict']:<12} {ratio.get('value', float('nan')):.3f} "
           f"[{ratio.get('low', float('nan')):.3f}, {ratio.get('high', float('nan')):.3f}] "
-          f"after {len(cell['pairs'])} pairs ({cell['launches']} launches, {cell['wall_s']:.0f} s)", flush=True)
+          f"after {len(cell['pairs'])} pairs ({cell['launches']} launches, {cell['wall_s']:.0f} s)"
+          + (f"; about {cell['pairs_to_decide']} would decide it" if cell.get("pairs_to_decide") else ""), flush=True)
     return cell
 
 

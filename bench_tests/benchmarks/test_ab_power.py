@@ -41,7 +41,8 @@ forward and backward on one or two images every third to fifth step cost 3.4% in
 three slow ones). On the 2-core VM of 2026-11-28 a forward on one image every step cost 7.8-9.2%
 (two comparisons of 8 pairs), and this default cost 5.1% (the mean per-pair log ratio of ten
 comparisons, 256 pairs): found in 6 of 10 within 32 pairs at the 3% minimum effect, 8 of 10 when the
-same pairs are judged at 2% (docs/measurements.md, "Power")."""
+same pairs are judged at 2%; on a Zen 4 VM whose launches spread twice as widely, 5.5% and 2 of 10
+(docs/measurements.md, "Power")."""
 MORE_WORK_SUBJECT = f"every step {EVERY} apart also predicts {IMAGES} image(s) of its batch"
 MORE_WORK = STEP + (f"            if index % {EVERY} == 0:\n"
                     "                import torch\n"

@@ -24,6 +24,9 @@ ALPHA = 0.05
 MIN_PAIRS = 6
 """The fewest pairs with a 95% signed-rank interval (at 5, even all five the same way give p=0.0625)."""
 ORDERS = ("reference-first", "current-first")
+MOST_PAIRS_TOLD = 1000
+"""Beyond this, an inconclusive verdict says only that more would be needed: a ratio on the edge of
+the minimum effect is undecidable at any count."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,12 +53,25 @@ class PairedVerdict:
     flags: tuple[str, ...] = ()
     """What makes the pairs less trustworthy than their interval says: bimodal ratios, a side
     that drifted during the session."""
+    pairs_to_decide: int | None = None
+    """An inconclusive verdict's estimate of the pairs a decision would take (:func:`pairs_to_decide`)."""
 
     @property
     def message(self) -> str:
         text = (f"current/reference {self.ratio.text(3)} "
                 f"over {self.pairs} pairs, Wilcoxon p={self.p_value:.3g}, minimum effect {self.min_effect:.0%}")
+        if self.pairs_needed:
+            text += f"; {self.pairs_needed}"
         return text + "".join(f"; {flag}" for flag in self.flags)
+
+    @property
+    def pairs_needed(self) -> str | None:
+        """What an inconclusive verdict would take to decide, in words."""
+        if self.pairs_to_decide is None:
+            return None
+        if self.pairs_to_decide <= MOST_PAIRS_TOLD:
+            return f"about {self.pairs_to_decide} pairs would decide it at this spread"
+        return f"more than {MOST_PAIRS_TOLD} pairs would be needed at this spread"
 
 
 def signed_rank_null(n: int) -> np.ndarray:
@@ -85,6 +101,27 @@ def median_interval(log_ratios: Sequence[float], confidence: float = 0.95) -> Es
                     confidence=confidence, n_steps=n)
 
 
+def pairs_to_decide(ratio: Estimate, min_effect: float) -> int | None:
+    """About how many pairs would turn an inconclusive verdict into ``regressed``, ``improved`` or
+    ``same``, were the median ratio to stay where it is: the interval narrows as the square root of
+    the pairs, so ``n * (half-width / room)**2``, where room is the distance from the median to the
+    edge the interval must clear (beyond the edge for a change, inside both edges for ``same``).
+    None where the interval is unbounded (fewer than :data:`MIN_PAIRS`)."""
+    if not (math.isfinite(ratio.low) and math.isfinite(ratio.high)):
+        return None
+    centre, half_width = math.log(ratio.value), (math.log(ratio.high) - math.log(ratio.low)) / 2
+    low_edge, high_edge = math.log(1 - min_effect), math.log(1 + min_effect)
+    if centre < low_edge:
+        room = low_edge - centre
+    elif centre > high_edge:
+        room = centre - high_edge
+    else:
+        room = min(high_edge - centre, centre - low_edge)
+    if room <= 0:
+        return MOST_PAIRS_TOLD + 1
+    return min(MOST_PAIRS_TOLD + 1, math.ceil(ratio.n_steps * (half_width / room) ** 2))
+
+
 def judge_pairs(pairs: Sequence[Pair], *, min_effect: float, alpha: float = ALPHA) -> PairedVerdict:
     """``regressed`` (or ``improved``) only when the signed-rank test says the sides differ and the
     whole interval lies beyond ``min_effect``; ``same`` when the whole interval lies within it;
@@ -108,7 +145,8 @@ def judge_pairs(pairs: Sequence[Pair], *, min_effect: float, alpha: float = ALPH
         kind = PairedKind.INCONCLUSIVE
     flags = tuple(flag for flag in (bimodal(logs), drifted(pairs, "reference"), drifted(pairs, "current")) if flag)
     return PairedVerdict(kind=kind, ratio=ratio, p_value=p_value, pairs=len(logs), min_effect=min_effect,
-                         flags=flags)
+                         flags=flags,
+                         pairs_to_decide=pairs_to_decide(ratio, min_effect) if kind == PairedKind.INCONCLUSIVE else None)
 
 
 def cause_of(verdict: PairedVerdict) -> str:

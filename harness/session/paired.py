@@ -72,6 +72,7 @@ class PairedResult:
             "cell": self.cell.id, "reference": self.reference.label, "verdict": self.verdict_kind,
             "ratio": to_json(verdict.ratio) if verdict else None,
             "p_value": verdict.p_value if verdict else None, "min_effect": verdict.min_effect if verdict else None,
+            "pairs_to_decide": verdict.pairs_to_decide if verdict else None,
             "flags": list(verdict.flags) if verdict else [], "efficiency": self.efficiency,
             "pairs": [dataclasses.asdict(pair) for pair in self.pairs], "dropped": self.dropped,
             "error": self.error, "launches": self.launches, "wall_s": round(self.wall_s, 3), "seed": self.seed,

@@ -7,8 +7,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from harness.judging.paired import (ORDERS, Pair, bimodal, cause_of, drifted, judge_pairs, median_interval, next_orders,
-                                    pairs_wanted, signed_rank_null)
+from harness.judging.paired import (MOST_PAIRS_TOLD, ORDERS, Pair, bimodal, cause_of, drifted, judge_pairs,
+                                    median_interval, next_orders, pairs_to_decide, pairs_wanted, signed_rank_null)
 
 MIN_EFFECT = 0.03
 
@@ -65,6 +65,24 @@ def test_regressed_needs_the_whole_interval_beyond_the_minimum_effect():
     ratios = [0.85, 0.86, 0.84, 0.85, 0.87, 0.83, 0.86, 0.85]
     assert judge_pairs(pairs_of(ratios), min_effect=0.10).kind == "regressed"
     assert judge_pairs(pairs_of(ratios), min_effect=0.16).kind == "inconclusive"
+
+
+def test_an_inconclusive_verdict_says_about_how_many_pairs_would_decide_it():
+    ratios = [0.86, 1.02, 0.91, 0.99, 0.88, 0.97, 0.90, 1.00]  # about 6% slower, too noisy for 8 pairs
+    verdict = judge_pairs(pairs_of(ratios), min_effect=MIN_EFFECT)
+    assert verdict.kind == "inconclusive" and 8 < verdict.pairs_to_decide < 200
+    assert f"about {verdict.pairs_to_decide} pairs would decide it" in verdict.message
+    more = ratios * math.ceil(1.5 * verdict.pairs_to_decide / len(ratios))  # the same spread, more pairs
+    assert judge_pairs(pairs_of(more), min_effect=MIN_EFFECT).kind == "regressed"
+    assert judge_pairs(pairs_of([0.85] * 8), min_effect=MIN_EFFECT).pairs_to_decide is None  # decided
+
+
+def test_pairs_to_decide_has_no_answer_without_an_interval_and_none_worth_giving_on_an_edge():
+    assert pairs_to_decide(median_interval([0.1, -0.1, 0.05]), MIN_EFFECT) is None
+    on_the_edge = median_interval([math.log(0.97) + d for d in (-0.05, 0.05, -0.03, 0.03, -0.01, 0.01, 0.0, 0.0)])
+    assert pairs_to_decide(on_the_edge, MIN_EFFECT) > MOST_PAIRS_TOLD
+    assert "more than 1000 pairs would be needed" in judge_pairs(
+        pairs_of([0.92, 1.02, 0.95, 0.99, 0.93, 1.01, 0.97, 0.97]), min_effect=MIN_EFFECT).message
 
 
 def test_a_ratio_is_current_over_reference_whatever_the_order():
