@@ -85,20 +85,32 @@ def launch_figure(run: CellRun) -> float:
     return summarize(trim_warmup(run.records)[0]).throughput
 
 
+class PairsInterrupted(KeyboardInterrupt):
+    """The session's interrupt, raised by :func:`measure_pairs` once the pairs measured are judged:
+    a caller that keeps results keeps ``result`` (marked ``interrupted``) and raises it again; any
+    other caller lets the interrupt go on as it came."""
+
+    def __init__(self, result: PairedResult):
+        super().__init__()
+        self.result = result
+
+
 def measure_pairs(cell: Cell, reference: Environment, launch: LaunchFn, settings: PairSettings,
                   seed: int | None = None, on_progress: Callable[[str], None] | None = None) -> PairedResult:
     """Launch pairs until the verdict is clear, ``settings.most`` pairs are in or the budget would
-    be passed. An interrupt (``KeyboardInterrupt``) ends the pairs: the result judges those measured
-    and says it was interrupted; the caller, having kept it, lets the interrupt go on."""
+    be passed. An interrupt (``KeyboardInterrupt``) ends the pairs: :class:`PairsInterrupted`
+    carries the result, the pairs measured until then judged."""
     seed = random.SystemRandom().randrange(2 ** 32) if seed is None else seed
     result = PairedResult(cell=cell, reference=reference, seed=seed)
     started = time.monotonic()
     try:
         _measure_rounds(result, launch, settings, random.Random(seed), started, on_progress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         result.interrupted = True
         if len(result.pairs) >= 2:
             result.verdict = judge_pairs(result.pairs, min_effect=settings.min_effect)
+        result.wall_s = time.monotonic() - started
+        raise PairsInterrupted(result) from interrupt
     result.wall_s = time.monotonic() - started
     return result
 

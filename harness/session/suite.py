@@ -38,8 +38,8 @@ from harness.rank.spec import RankOptions
 from harness.rank.workload import Workload
 from harness.session import preflight
 from harness.session.evaluation import evaluate
-from harness.session.paired import (Confirmation, PairedResult, PairSettings, confirmed_by, measure_pairs,
-                                    side_efficiency)
+from harness.session.paired import (Confirmation, PairedResult, PairsInterrupted, PairSettings, confirmed_by,
+                                    measure_pairs, side_efficiency)
 from harness.session.results import AccuracyResult, CellResult, to_json
 from harness.store import environments
 from harness.store.baselines import BaselineError, BaselineFile
@@ -230,12 +230,16 @@ class Suite:
         current one's, on the same nodes in balanced random order; judge the pairs' ratios."""
         ready = self.prepare()
         reason = preflight.cannot_start_in(ready.reference.environment, cell.framework)
+        interrupt = None
         if reason:
             result = PairedResult(cell=cell, reference=ready.reference.environment, error=reason)
         else:
             current_runs: list[CellRun] = []
-            result = self._pairs(cell, ready.reference.environment, ready.reference.launcher, on_progress,
-                                 current_runs=current_runs)
+            try:
+                result = self._pairs(cell, ready.reference.environment, ready.reference.launcher, on_progress,
+                                     current_runs=current_runs)
+            except PairsInterrupted as pairs_interrupted:
+                result, interrupt = pairs_interrupted.result, pairs_interrupted
             if result.pairs and ready.baselines.entry(cell.id):
                 result.stored_baseline = self._stored_verdict(cell, current_runs)
         reference_cell = preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers)
@@ -246,8 +250,8 @@ class Suite:
                     training_ranks(reference_cell.framework, reference_cell.ranks, self.ps_servers))
         self.paired_results.append(result)
         self._keep_results()
-        if result.interrupted:
-            raise KeyboardInterrupt  # the session's interrupt, which measure_pairs held while the pairs were kept
+        if interrupt:
+            raise interrupt
         return result
 
     def confirm(self, result: CellResult, on_progress: Callable[[str], None] | None = None) -> Confirmation:
@@ -255,6 +259,7 @@ class Suite:
         was recorded with, on this node now: a software or a system change (harness.session.paired)."""
         ready = self.prepare()
         recorded = (ready.baselines.entry(result.cell.id) or {}).get("provenance") or {}
+        interrupt = None
         try:
             reference = self._baseline_environment(recorded, result.stack_changes)
         except references.ReferenceError as error:
@@ -265,13 +270,16 @@ class Suite:
                     cause="system", message=f"system: the baseline was recorded with this very environment (commit "
                                             f"{str(recorded['git_commit'])[:10]}, the same packages): the node changed")
             else:
-                confirmation = confirmed_by(self._pairs(result.cell, reference, ready.launcher, on_progress),
-                                            references.describe_difference(
-                                                references.difference(reference, ready.current_environment)))
+                try:
+                    paired = self._pairs(result.cell, reference, ready.launcher, on_progress)
+                except PairsInterrupted as pairs_interrupted:
+                    paired, interrupt = pairs_interrupted.result, pairs_interrupted
+                confirmation = confirmed_by(paired, references.describe_difference(
+                    references.difference(reference, ready.current_environment)))
         result.confirmation = confirmation.to_json()
         self._keep_results()
-        if confirmation.paired and confirmation.paired.interrupted:
-            raise KeyboardInterrupt
+        if interrupt:
+            raise interrupt
         return confirmation
 
     def _baseline_environment(self, recorded: dict, stack_changes: list[str]) -> references.Environment | None:

@@ -274,8 +274,6 @@ class Bisect:
                                             min_effect=self.settings.min_effect,
                                             budget_s=self.settings.max_seconds - self._spent_s()),
                                seed=self.rng.randrange(2 ** 32))
-        if paired.interrupted:
-            raise KeyboardInterrupt  # the culprit stays pending: a resumed bisect verifies it again
         verified = paired.verdict is not None and paired.verdict.kind == PairedKind.REGRESSED
         evidence = paired.verdict.message if paired.verdict else paired.error
         if not verified and (parent, culprit) == (0, len(self.points) - 1):

@@ -4,11 +4,13 @@ with its error. (The launches themselves: bench_tests/plugin/test_against.py.)""
 import itertools
 from pathlib import Path
 
+import pytest
+
 from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
 from harness.report.tables import paired_rows
-from harness.session.paired import PairSettings, confirmed_by, measure_pairs
+from harness.session.paired import PairSettings, PairsInterrupted, confirmed_by, measure_pairs
 
 CELL = Cell(framework="ddp", loader="synthetic", model="resnet44", ranks=1)
 REFERENCE = Environment(label="reference: X=1", source=Path("."), launch_environment={"X": "1"}, commit=None)
@@ -67,7 +69,10 @@ def test_an_interrupt_keeps_the_pairs_measured_and_judges_them():
             raise KeyboardInterrupt
         return inner(side)
 
-    result = measure_pairs(CELL, REFERENCE, launch, SETTINGS, seed=5)
+    with pytest.raises(PairsInterrupted) as interrupt:  # a KeyboardInterrupt: any caller lets it go on
+        measure_pairs(CELL, REFERENCE, launch, SETTINGS, seed=5)
+    assert isinstance(interrupt.value, KeyboardInterrupt)
+    result = interrupt.value.result
     assert result.interrupted and len(result.pairs) == 6 and result.launches == 13
     assert result.verdict.kind == "regressed" and result.to_json()["interrupted"] is True
 
