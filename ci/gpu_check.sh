@@ -24,8 +24,12 @@
 #   Each takes 5-7 minutes on one GPU: one a call (GPU_CHECK_PARTS=ab_same GPU_CHECK_BUDGET_S=560). An
 #   A/B cut short by the budget keeps and judges the pairs it measured.
 # On a node without network whose image has torch but not all of dlscale's dependencies (the lent
-# H200s: google-crc32c, arch, ruptures), carry those as wheels and put them on PYTHONPATH; a
-# checkout without `pip install` gets the suite's plugin from the source tree.
+# H200s lack google-crc32c, arch and ruptures), carry them as wheels in .whl/ (ignored by git; the
+# device tool's carry: [".whl"]): the check installs them for itself, and where they are missing
+# it stops at once, naming the command that downloads them for the node's Python, e.g. for 3.12:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+#       -d .whl google-crc32c arch ruptures
+# A checkout without `pip install` gets the suite's plugin from the source tree.
 # Parts 2-5 record their cells into baselines/<system>.json (--update-baselines --repeat 3: a band
 # from three launches, the provenance the suite records), <system> named from the GPU
 # (torch.cuda.get_device_name(): h100-sxm, h100-pcie, h200-sxm, a100-sxm, ...; GPU_CHECK_SYSTEM
@@ -201,6 +205,35 @@ skip() {  # skip NAME REASON: a part that cannot run here, said so, not failed
     git -C "$repo" rev-parse HEAD 2>/dev/null && git -C "$repo" status --short ||
         echo "no git checkout here: the baselines' provenance will have no git commit"
 } 2>&1 | tee "$out/machine.log"
+
+# dlscale's dependencies by module, with their distributions: what a bare torch image lacks comes
+# from the wheels carried in .whl/, installed into a folder of this check's alone
+declare -A DISTRIBUTION=([numpy]=numpy [torchvision]=torchvision [PIL]=pillow [sklearn]=scikit-learn
+    [pytest]=pytest [scipy]=scipy [arch]=arch [ruptures]=ruptures [matplotlib]=matplotlib
+    [threadpoolctl]=threadpoolctl [google_crc32c]=google-crc32c)
+missing_modules() {
+    "$python" -c 'import importlib.util, sys
+print(" ".join(name for name in sys.argv[1:] if importlib.util.find_spec(name) is None))' "${!DISTRIBUTION[@]}"
+}
+absent="$(missing_modules)"
+if [[ -n "$absent" ]] && compgen -G "$repo/.whl/*.whl" > /dev/null; then
+    site="$(mktemp -d)"
+    trap 'rm -rf "$site"' EXIT
+    echo "gpu_check: $absent not importable: installing the wheels in $repo/.whl for this check"
+    "$python" -m pip install --quiet --no-index --no-deps --target "$site" "$repo"/.whl/*.whl
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    absent="$(missing_modules)"
+fi
+if [[ -n "$absent" ]]; then
+    distributions=()
+    for module in $absent; do distributions+=("${DISTRIBUTION[$module]}"); done
+    version="$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+    echo "gpu_check: dlscale's dependencies $absent are not importable by $python, and no wheel in" \
+        "$repo/.whl provides them; where a package index is reachable, with this node's Python $version:" >&2
+    echo "  pip download --no-deps --only-binary=:all: --python-version $version" \
+        "--platform manylinux2014_x86_64 -d .whl ${distributions[*]}" >&2
+    exit 2
+fi
 
 # a checkout copied onto a node without `pip install`: the suite's plugin from the source tree
 if ! "$python" -c 'import importlib.metadata as m, sys
