@@ -13,6 +13,7 @@ from scipy import stats
 
 from bench_tests.workloads import JUDGED_MODEL, SCALING_TEST
 from harness import HARNESS_SOURCE
+from harness.judging.paired import pairs_needed
 
 LAUNCHER = os.environ.get("DLSCALE_AA_LAUNCHER", "mpirun")
 CELL_FLAGS = ["--frameworks", "ddp", "--loaders", "synthetic", "--models", JUDGED_MODEL, "--gpus", "1",
@@ -54,7 +55,7 @@ def compare(directory: Path, label: str, index: int, total: int, *flags: str, sy
     print(f"{label} {index + 1}/{total}: {cell['verdict']:<12} {ratio.get('value', float('nan')):.3f} "
           f"[{ratio.get('low', float('nan')):.3f}, {ratio.get('high', float('nan')):.3f}] "
           f"after {len(cell['pairs'])} pairs ({cell['launches']} launches, {cell['wall_s']:.0f} s)"
-          + (f"; about {cell['pairs_to_decide']} would decide it" if cell.get("pairs_to_decide") else ""), flush=True)
+          + (f"; {needed}" if (needed := pairs_needed(cell.get("pairs_to_decide"))) else ""), flush=True)
     return cell
 
 

@@ -67,11 +67,16 @@ class PairedVerdict:
     @property
     def pairs_needed(self) -> str | None:
         """What an inconclusive verdict would take to decide, in words."""
-        if self.pairs_to_decide is None:
-            return None
-        if self.pairs_to_decide <= MOST_PAIRS_TOLD:
-            return f"about {self.pairs_to_decide} pairs would decide it at this spread"
-        return f"more than {MOST_PAIRS_TOLD} pairs would be needed at this spread"
+        return pairs_needed(self.pairs_to_decide)
+
+
+def pairs_needed(pairs_to_decide: int | None) -> str | None:
+    """:func:`pairs_to_decide`'s estimate in words (None for none)."""
+    if pairs_to_decide is None:
+        return None
+    if pairs_to_decide <= MOST_PAIRS_TOLD:
+        return f"about {pairs_to_decide} pairs would decide it at this spread"
+    return f"more than {MOST_PAIRS_TOLD} pairs would be needed at this spread"
 
 
 def signed_rank_null(n: int) -> np.ndarray:

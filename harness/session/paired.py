@@ -109,9 +109,9 @@ def measure_pairs(cell: Cell, reference: Environment, launch: LaunchFn, settings
         result.interrupted = True
         if len(result.pairs) >= 2:
             result.verdict = judge_pairs(result.pairs, min_effect=settings.min_effect)
-        result.wall_s = time.monotonic() - started
         raise PairsInterrupted(result) from interrupt
-    result.wall_s = time.monotonic() - started
+    finally:
+        result.wall_s = time.monotonic() - started
     return result
 
 

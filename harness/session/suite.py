@@ -235,11 +235,8 @@ class Suite:
             result = PairedResult(cell=cell, reference=ready.reference.environment, error=reason)
         else:
             current_runs: list[CellRun] = []
-            try:
-                result = self._pairs(cell, ready.reference.environment, ready.reference.launcher, on_progress,
-                                     current_runs=current_runs)
-            except PairsInterrupted as pairs_interrupted:
-                result, interrupt = pairs_interrupted.result, pairs_interrupted
+            result, interrupt = self._pairs(cell, ready.reference.environment, ready.reference.launcher, on_progress,
+                                            current_runs=current_runs)
             if result.pairs and ready.baselines.entry(cell.id):
                 result.stored_baseline = self._stored_verdict(cell, current_runs)
         reference_cell = preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers)
@@ -270,10 +267,7 @@ class Suite:
                     cause="system", message=f"system: the baseline was recorded with this very environment (commit "
                                             f"{str(recorded['git_commit'])[:10]}, the same packages): the node changed")
             else:
-                try:
-                    paired = self._pairs(result.cell, reference, ready.launcher, on_progress)
-                except PairsInterrupted as pairs_interrupted:
-                    paired, interrupt = pairs_interrupted.result, pairs_interrupted
+                paired, interrupt = self._pairs(result.cell, reference, ready.launcher, on_progress)
                 confirmation = confirmed_by(paired, references.describe_difference(
                     references.difference(reference, ready.current_environment)))
         result.confirmation = confirmation.to_json()
@@ -314,7 +308,10 @@ class Suite:
                             if v.kind not in (VerdictKind.PASS, VerdictKind.NO_BASELINE)]}
 
     def _pairs(self, cell: Cell, reference: references.Environment, reference_launcher: Launcher,
-               on_progress: Callable[[str], None] | None, current_runs: list[CellRun] | None = None) -> PairedResult:
+               on_progress: Callable[[str], None] | None, current_runs: list[CellRun] | None = None
+               ) -> tuple[PairedResult, PairsInterrupted | None]:
+        """The A/B's pairs, and the interrupt that ended them if one did: the caller keeps the
+        pairs, then raises it again."""
         ready = self.prepare()
         sides = {"reference": (reference_launcher, reference), "current": (ready.launcher, ready.current_environment)}
 
@@ -327,9 +324,11 @@ class Suite:
 
         o = self.options
         min_effect = o.min_effect or ready.baselines.tunables.min_effect
-        return measure_pairs(cell, reference, launch, PairSettings(first=o.pairs, most=o.max_pairs,
-                                                                   min_effect=min_effect, budget_s=o.pairs_budget),
-                             on_progress=on_progress)
+        settings = PairSettings(first=o.pairs, most=o.max_pairs, min_effect=min_effect, budget_s=o.pairs_budget)
+        try:
+            return measure_pairs(cell, reference, launch, settings, on_progress=on_progress), None
+        except PairsInterrupted as interrupt:
+            return interrupt.result, interrupt
 
     def launch_in(self, cell: Cell, environment: references.Environment, place: str, *,
                   launcher: Launcher | None = None, on_progress: Callable[[str], None] | None = None) -> CellRun:
