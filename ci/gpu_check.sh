@@ -206,32 +206,41 @@ skip() {  # skip NAME REASON: a part that cannot run here, said so, not failed
         echo "no git checkout here: the baselines' provenance will have no git commit"
 } 2>&1 | tee "$out/machine.log"
 
-# dlscale's dependencies by module, with their distributions: what a bare torch image lacks comes
-# from the wheels carried in .whl/, installed into a folder of this check's alone
-declare -A DISTRIBUTION=([numpy]=numpy [torchvision]=torchvision [PIL]=pillow [sklearn]=scikit-learn
-    [pytest]=pytest [scipy]=scipy [arch]=arch [ruptures]=ruptures [matplotlib]=matplotlib
-    [threadpoolctl]=threadpoolctl [google_crc32c]=google-crc32c)
-missing_modules() {
-    "$python" -c 'import importlib.util, sys
-print(" ".join(name for name in sys.argv[1:] if importlib.util.find_spec(name) is None))' "${!DISTRIBUTION[@]}"
+# dlscale's dependencies (pyproject.toml's) that the node's Python lacks: what a bare torch image
+# lacks comes from the wheels carried in .whl/, installed into a folder of this check's alone
+missing_distributions() {
+    "$python" - "$repo/pyproject.toml" <<'EOF'
+import importlib.metadata, re, sys
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: not checked here, the parts say what fails to import
+    sys.exit()
+with open(sys.argv[1], "rb") as file:
+    requirements = tomllib.load(file)["project"]["dependencies"]
+def installed(name):
+    try:
+        return bool(importlib.metadata.distribution(name))
+    except importlib.metadata.PackageNotFoundError:
+        return False
+names = (re.match(r"[A-Za-z0-9._-]+", requirement).group() for requirement in requirements)
+print(" ".join(name for name in names if not installed(name)))
+EOF
 }
-absent="$(missing_modules)"
+absent="$(missing_distributions)"
 if [[ -n "$absent" ]] && compgen -G "$repo/.whl/*.whl" > /dev/null; then
     site="$(mktemp -d)"
     trap 'rm -rf "$site"' EXIT
-    echo "gpu_check: $absent not importable: installing the wheels in $repo/.whl for this check"
+    echo "gpu_check: $absent not installed: installing the wheels in $repo/.whl for this check"
     "$python" -m pip install --quiet --no-index --no-deps --target "$site" "$repo"/.whl/*.whl
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-    absent="$(missing_modules)"
+    absent="$(missing_distributions)"
 fi
 if [[ -n "$absent" ]]; then
-    distributions=()
-    for module in $absent; do distributions+=("${DISTRIBUTION[$module]}"); done
     version="$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
-    echo "gpu_check: dlscale's dependencies $absent are not importable by $python, and no wheel in" \
+    echo "gpu_check: dlscale's dependencies $absent are not installed for $python, and no wheel in" \
         "$repo/.whl provides them; where a package index is reachable, with this node's Python $version:" >&2
     echo "  pip download --no-deps --only-binary=:all: --python-version $version" \
-        "--platform manylinux2014_x86_64 -d .whl ${distributions[*]}" >&2
+        "--platform manylinux2014_x86_64 -d .whl $absent" >&2
     exit 2
 fi
 
