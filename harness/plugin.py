@@ -17,7 +17,8 @@ import pytest
 
 from harness.common.interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
 from harness.judging.kinds import PairedKind, VerdictKind
-from harness.judging.outcome import Confirmed, FailureRule, failure_message, to_confirm
+from harness.judging.outcome import Confirmed, FailureRule, failure_message, judged_line, to_confirm
+from harness.judging.sequential import RULE_CITATIONS, planned_looks
 from harness.judging.servers import server_rows
 from harness.machine.references import describe_difference
 from harness.report.framework_comparison import PUBLISHED_NOTES, REFERENCE_FRAMEWORK, comparison_rows, framework_ratios
@@ -32,6 +33,8 @@ SUITE_KEY = pytest.StashKey[Suite]()
 SESSION_KEY = pytest.StashKey[pytest.Session]()
 TERMINAL_FD_KEY = pytest.StashKey[int]()
 INTERRUPT_TOLD_KEY = pytest.StashKey[bool]()
+AB_CELLS_KEY = pytest.StashKey[int]()
+"""How many cells the session's A/Bs compare: the false-discovery control's count."""
 CELL_FIXTURE, ACCURACY_CELL_FIXTURE = "dlscale_cell", "dlscale_accuracy_cell"
 """The arguments a test takes to be parametrized by the matrix: names no other project uses."""
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -74,6 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
     values["accept_regressions"] = config.getoption("dlscale_accept_regressions")
     values["channels_last"] = config.getoption("dlscale_channels_last")
     values["compile"] = config.getoption("dlscale_compile")
+    values["duet"] = config.getoption("dlscale_duet")
     try:
         config.stash[SUITE_KEY] = Suite(SuiteOptions(update_baselines=config.getoption("dlscale_update_baselines"),
                                                      **values))
@@ -107,6 +111,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config.stash[AB_CELLS_KEY] = sum(CELL_FIXTURE in getattr(item, "callspec", None).params
+                                             and item.get_closest_marker("skip") is None
+                                             for item in session.items if hasattr(item, "callspec"))
     if _selected_cells(session.items):
         # Ctrl-C, and SIGTERM from a batch system, as harness.common.interrupts describes
         # (docs/usage.md, "Stopping a run").
@@ -190,8 +197,13 @@ class Measure:
             pytest.fail(f"{cell.id}: no A/B verdict against the {result.reference.label}: {result.error}",
                         pytrace=False)
         if result.verdict.kind == PairedKind.REGRESSED:
-            pytest.fail(f"{cell.id} regressed against the {result.reference.label}: {result.verdict.message}",
-                        pytrace=False)
+            cells = self.config.stash.get(AB_CELLS_KEY, 1)
+            if self.suite.change_surely_stands(result, cells):
+                pytest.fail(f"{cell.id} regressed against the {result.reference.label}: {result.verdict.message}",
+                            pytrace=False)
+            # Benjamini-Hochberg decides at the session's end, once every cell's p-value is known
+            _Progress(self.config, every_s=0)(f"{cell.id}: regressed ({result.verdict.message}); whether it stands "
+                                             f"among the {cells} cells compared is decided at the session's end")
 
     def check_accuracy(self, cell) -> None:
         result = self.suite.measure_accuracy(cell, on_progress=_Progress(self.config))
@@ -206,6 +218,9 @@ def _report_baseline_changes(terminalreporter, suite: Suite) -> None:
     terminalreporter.write_line(f"updated {suite.prepared.baselines.path} ({len(suite.baseline_changes)} change(s)):")
     for change in suite.baseline_changes:
         terminalreporter.write_line(f"  {change}")
+    for path in suite.package_sets_written:
+        terminalreporter.write_line(f"  {path}: a package set the baselines name, written beside them: commit it "
+                                    "with them")
     if suite.baselines_kept:
         terminalreporter.write_line(f"not recorded, old baseline kept ({len(suite.baselines_kept)} cell(s)):")
         for reason in suite.baselines_kept:
@@ -224,6 +239,10 @@ def pytest_sessionfinish(session: pytest.Session):
                 suite.baseline_changes = suite.update_baselines()
             except BaselineError as error:
                 suite.baseline_error = str(error)
+                session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
+        if suite is not None and suite.paired_results:
+            suite.control_false_discoveries(session.config.stash.get(AB_CELLS_KEY, 1))
+            if any(result.verdict_kind == PairedKind.REGRESSED for result in suite.paired_results):
                 session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
         return (yield)
     finally:
@@ -284,6 +303,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
                                  collectives=collectives if collectives.exists() else None,
                                  history=suite.history_rows())
         terminalreporter.write_line(f"report written to {index}")
+    verdicts = {result.cell.id: result.verdict for result in suite.results}  # a cell's last repeat
+    verdicts.update((result.cell.id, result.verdict_kind) for result in suite.accuracy_results)
+    if verdicts:
+        terminalreporter.write_line(judged_line(
+            list(verdicts.values()), recorded=suite.baseline_changes is not None and not suite.baseline_error,
+            confirm=suite.options.confirm))
     if INTERRUPTS.interrupted:
         terminalreporter.write_line(_interrupt_line(suite, skipped), yellow=True)
         config.stash[INTERRUPT_TOLD_KEY] = True
@@ -345,18 +370,35 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
 
 def _write_paired_summary(terminalreporter, suite: Suite) -> None:
     ready = suite.prepared
+    settings = suite.pair_settings
     terminalreporter.section("dlscale A/B (pairs of launches in this session)")
     terminalreporter.write_line(f"system {ready.system}, launcher {suite.launcher_name}, "
-                                f"{ready.reference.environment.label}")
+                                f"{ready.reference.environment.label}"
+                                + (", pairs as duets (both sides at once, each on half the node)" if suite.options.duet
+                                   else ", pairs back to back in balanced random order"))
     terminalreporter.write_line(f"current against reference: {describe_difference(ready.reference.difference)}")
     for problem in ready.reference.environment.dependency_problems:
         terminalreporter.write_line(f"the reference's package set, by pip check: {problem}")
+    terminalreporter.write_line(
+        f"looks at {', '.join(map(str, planned_looks(settings.first, settings.most)))} pairs, "
+        f"{RULE_CITATIONS[settings.rule]}: each verdict wrong at most {settings.alpha / 2:.1%} of the time; "
+        f"minimum effect {settings.min_effect:.0%}; every timed step counted on both sides (the workload's "
+        f"{ready.workload.warmup_steps} warm-up steps untimed)")
     terminalreporter.write_line(format_table(paired_rows(suite.paired_results)))
     counts = collections.Counter(result.verdict_kind for result in suite.paired_results)
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
+    controlled = [result for result in suite.paired_results if result.false_discovery]
+    if controlled:
+        held = [result.cell.id for result in controlled if not result.false_discovery["stands"]]
+        called = [result for result in controlled if result.verdict.kind in (PairedKind.REGRESSED, PairedKind.IMPROVED)]
+        terminalreporter.write_line(
+            f"false discoveries controlled across the {controlled[0].false_discovery['cells']} cells compared "
+            f"(Benjamini-Hochberg at {settings.alpha:.0%}): {len(called) - len(held)} of {len(called)} change(s) "
+            "called stand" + (f"; held inconclusive: {', '.join(held)}" if held else ""))
     for result in suite.paired_results:
         lines = [f"interrupted after {len(result.pairs)} pairs: judged on those"] if result.interrupted else []
         lines += ([result.error] if result.error else []) + list(result.verdict.flags if result.verdict else ())
+        lines += [f"left out pair {left['pair'] + 1}: {left['why']}" for left in result.left_out]
         if result.verdict and result.verdict.pairs_needed:
             lines.append(f"{result.verdict.kind}: {result.verdict.pairs_needed} (--max-pairs)")
         for line in lines:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,10 @@ CELL_FLAGS = ["--frameworks", "ddp", "--loaders", "synthetic", "--models", JUDGE
               "--image-size", "32", "--batch-size", "16", "--steps", "12", "--warmup-steps", "2"]
 MIN_EFFECT = os.environ.get("DLSCALE_AB_MIN_EFFECT")
 """Every A/B benchmark's minimum effect (``--min-effect``) where set; else the system's tunable."""
+SESSION_FLAGS = [*(["--duet"] if os.environ.get("DLSCALE_AB_DUET") == "1" else []),
+                 *(["--cores-per-rank", cores] if (cores := os.environ.get("DLSCALE_AB_CORES_PER_RANK")) else [])]
+"""DLSCALE_AB_DUET=1: every A/B benchmark's pairs as duets (``--duet``); DLSCALE_AB_CORES_PER_RANK:
+its ``--cores-per-rank`` (a duet's 1-rank cell on a 2-core node has one core)."""
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +42,7 @@ def start_suite(directory: Path, system: str, *flags: str, log=None, project: Pa
         (directory / "test_scaling.py").write_text(SCALING_TEST.read_text())
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",
                "--rootdir", str(directory), "--system", system, "--launcher", LAUNCHER, *CELL_FLAGS, "--no-history",
-               *(["--min-effect", MIN_EFFECT] if MIN_EFFECT else []), *flags]
+               *(["--min-effect", MIN_EFFECT] if MIN_EFFECT else []), *SESSION_FLAGS, *flags]
     return subprocess.Popen(command, cwd=directory, env=dict(os.environ, PYTHONPATH=str(project), **(env or {})),
                             stdout=log or subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -50,11 +56,15 @@ def compare(directory: Path, label: str, index: int, total: int, *flags: str, sy
     process = start_suite(directory, system, "--results-json", results, *flags, **session)
     output, _ = process.communicate(timeout=3600)
     assert process.returncode in (0, 1), output[-3000:]
+    if keep := os.environ.get("DLSCALE_AB_KEEP"):  # every session's results, for dlscale-launches
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(directory / results, Path(keep) / f"{re.sub(r'[^A-Za-z0-9]+', '-', label)}-{os.getpid()}-{results}")
     cell, = json.loads((directory / results).read_text())["paired_cells"]
     ratio = cell["ratio"] or {}
     print(f"{label} {index + 1}/{total}: {cell['verdict']:<12} {ratio.get('value', float('nan')):.3f} "
           f"[{ratio.get('low', float('nan')):.3f}, {ratio.get('high', float('nan')):.3f}] "
-          f"after {len(cell['pairs'])} pairs ({cell['launches']} launches, {cell['wall_s']:.0f} s)"
+          f"after {len(cell['pairs'])} pairs ({cell['launches']} launches, {cell['wall_s']:.0f} s"
+          + (f", {len(cell['left_out'])} left out" if cell.get("left_out") else "") + ")"
           + (f"; {needed}" if (needed := pairs_needed(cell.get("pairs_to_decide"))) else ""), flush=True)
     return cell
 

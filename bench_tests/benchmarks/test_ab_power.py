@@ -74,3 +74,33 @@ def test_a_commit_adding_work_to_the_step_is_found_within_32_pairs(tmp_path):
                     project=project, env=cache)
             for index in range(COMPARISONS)]
     _power(f"a commit: {MORE_WORK_SUBJECT}", rows, least=8)
+
+
+SMALL_EVERY = int(os.environ.get("DLSCALE_AB_POWER_SMALL_EVERY", "4"))
+"""The commit of about 2%: a forward pass without gradients on one image every SMALL_EVERY-th step."""
+SMALL_SUBJECT = f"every step {SMALL_EVERY} apart also predicts 1 image of its batch"
+SMALL_WORK = STEP + (f"            if index % {SMALL_EVERY} == 0:\n"
+                     "                import torch\n"
+                     "                with torch.no_grad():\n"
+                     "                    adapter.model(images[:1])\n")
+
+
+def test_a_commit_of_about_5_percent_is_found_within_16_pairs(tmp_path):
+    """Issue 51's first proof: at least 9 of 10 within 16 pairs (at the system's minimum effect,
+    or DLSCALE_AB_MIN_EFFECT)."""
+    project = throwaway_project(tmp_path / "project", [(MORE_WORK_SUBJECT, step_patch(MORE_WORK))])
+    cache = {"DLSCALE_CACHE": str(tmp_path / "cache")}
+    rows = [compare(project, "commit of 5%", index, COMPARISONS, "--max-pairs", "16", "--against", "git:HEAD~1",
+                    project=project, env=cache)
+            for index in range(COMPARISONS)]
+    _power(f"a commit: {MORE_WORK_SUBJECT}", rows, least=9)
+
+
+def test_a_commit_of_about_2_percent_is_found_within_32_pairs_at_a_1_percent_minimum_effect(tmp_path):
+    """Issue 51's second proof: at least 8 of 10 within 32 pairs at a minimum effect of 1%."""
+    project = throwaway_project(tmp_path / "project", [(SMALL_SUBJECT, step_patch(SMALL_WORK))])
+    cache = {"DLSCALE_CACHE": str(tmp_path / "cache")}
+    rows = [compare(project, "commit of 2%", index, COMPARISONS, "--max-pairs", MAX_PAIRS, "--min-effect", "0.01",
+                    "--against", "git:HEAD~1", project=project, env=cache)
+            for index in range(COMPARISONS)]
+    _power(f"a commit: {SMALL_SUBJECT}", rows, least=8)

@@ -156,17 +156,36 @@ def test_another_machine_and_a_software_upgrade(suite, pytester):
                                         "*: machine-differs: this machine runs the yardstick *x as fast as the "
                                         "baseline's*another machine*"])
     assert "regressed" not in other_machine.stdout.str()
+    other_machine.stdout.fnmatch_lines(["dlscale: 0 of 1 cells judged (1 machine-differs): record this machine's "
+                                        "baselines with --update-baselines, or *--against REF, or --confirm"])
 
     entry["fingerprint"]["stack"]["torch"] = "2.13.1"
     suite.baseline_file.write_text(json.dumps(saved))
     upgraded = suite("--loaders", "synthetic", "--gpus", "1", "--strict-verdicts", "--no-yardstick", launcher="mpirun")
     upgraded.assert_outcomes(passed=1)
     upgraded.stdout.fnmatch_lines([f"{G1}: * with software changed since the baseline: "
-                                   "torch 2.13.1 -> *"])
+                                   "torch 2.13.1 -> *", "dlscale: 1 of 1 cells judged"])
     judged = json.loads((pytester.path / "results" / "latest" / "results.json").read_text())["cells"][0]
     assert judged["verdict"] in ("pass", "inconclusive", "faster") and judged["machine_speed"] is None
     assert judged["stack_changes"][0].startswith("torch 2.13.1 -> ")
     assert "[software changed since the baseline: torch 2.13.1 -> " in judged["verdicts"][0]["message"]
+
+
+def test_a_session_that_judged_nothing_says_so_in_its_last_line(suite):
+    """The only cell's baseline was measured with another workload: the cell is stale, not judged,
+    and the session ends green (exit status unchanged). Its last line, before pytest's own, counts
+    the cells judged (none) and says the next step. One launch."""
+    suite.baseline_file.parent.mkdir()
+    suite.baseline_file.write_text(json.dumps({"schema_version": 1, "system": "testsys", "cells": {G1: {
+        "config_hash": "another-workload", "config": {"image_size": 224},
+        "throughput": {"value": 100.0, "lower": -0.1, "upper": 0.1, "unit": "img/s"}}}}))
+    done = suite("--loaders", "synthetic", "--gpus", "1", "--no-yardstick")
+    done.assert_outcomes(passed=1)
+    assert done.ret == pytest.ExitCode.OK
+    said = done.stdout.lines
+    assert said[-1].startswith("=") and " 1 passed" in said[-1], said[-5:]
+    assert said[-2].startswith("dlscale: 0 of 1 cells judged (1 stale): record this machine's baselines with "
+                               "--update-baselines, or compare against a reference with --against REF"), said[-5:]
 
 
 def test_corrupt_baseline_is_named_and_never_overwritten(suite):

@@ -16,6 +16,8 @@ DEFAULT_MEASURE_BUDGET_S = 90.0
 cell imprecise or inconclusive (at 45 s, none ever fitted: every history row had one launch)."""
 DEVICES = ("auto", "cpu", "cuda")
 SYSTEM_CHANGES = ("fail", "pass")
+SPENDING_RULES = ("pocock", "obrien-fleming")
+"""How an A/B's looks may spend its error (the functions: harness.judging.sequential)."""
 AT_LEAST = {"image_size": 1, "batch_size": 1, "steps": 1, "warmup_steps": 0, "num_workers": 0, "repeat": 1,
             "measure_budget": 0, "cores_per_rank": 1, "ps_servers": 1, "pairs": 6, "max_pairs": 6}
 """``pairs``: the fewest with a 95% signed-rank interval (harness.judging.paired.MIN_PAIRS)."""
@@ -93,6 +95,10 @@ class SuiteOptions:
     system's (harness.judging.tunables)."""
     pairs_budget: float = 1800.0
     """Seconds a cell's A/B pairs may take."""
+    spending: str = "pocock"
+    """How an A/B's looks spend its error (harness.judging.sequential.RULES)."""
+    duet: bool = False
+    """An A/B's two launches of a pair run at once, each on half of the node (harness.session.duet)."""
     confirm: bool = False
     """Confirm a cell judged fail, inconclusive or machine-differs against its stored baseline by an
     A/B against the environment the baseline was recorded with (the nightly recipe sets it)."""
@@ -124,6 +130,10 @@ def check_settings(options: SuiteOptions) -> None:
                          "pairs alone: give one of them")
     if options.system_changes not in SYSTEM_CHANGES:
         raise SuiteError(f"--system-changes: {options.system_changes!r} is not one of {', '.join(SYSTEM_CHANGES)}")
+    if options.spending not in SPENDING_RULES:
+        raise SuiteError(f"--spending: {options.spending!r} is not one of {', '.join(SPENDING_RULES)}")
+    if options.duet and not (options.against or options.confirm):
+        raise SuiteError("--duet runs an A/B's pairs at once: give it with --against or --confirm")
     if options.pairs > options.max_pairs:
         raise SuiteError(f"--pairs ({options.pairs}) must not exceed --max-pairs ({options.max_pairs})")
     if options.device not in DEVICES:

@@ -2,14 +2,17 @@
 to the verdicts of a measured cell (a launch that failed fails its test before any verdict)."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Sequence
 
-from harness.judging.kinds import UNJUDGED, VerdictKind
+from harness.judging.kinds import ERROR, MOST_SERIOUS_FIRST, UNJUDGED, VerdictKind
 from harness.judging.verdicts import Verdict, overall
 
-CONFIRMABLE = frozenset({VerdictKind.FAIL, VerdictKind.INCONCLUSIVE, VerdictKind.MACHINE_DIFFERS})
-"""Verdicts against a stored baseline that ``--confirm`` puts to an A/B against the baseline's environment."""
+CONFIRMABLE = frozenset({VerdictKind.FAIL, VerdictKind.INCONCLUSIVE, VerdictKind.MACHINE_DIFFERS, VerdictKind.STALE})
+"""Verdicts against a stored baseline that ``--confirm`` puts to an A/B against the baseline's environment.
+A ``stale`` one too: its stored figure can no longer say whether the software changed, an A/B on
+this node can (harness.judging.confirmation)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -21,7 +24,8 @@ class FailureRule:
     accept_regressions: bool = False
     strict_verdicts: bool = False
     system_changes: str = "fail"
-    """``pass``: a fail that an A/B confirmed as the system's (the node changed, not the software) passes."""
+    """``pass``: a throughput fail that ``--confirm`` found the system's (the node changed, not the
+    software) passes; an efficiency fail does not (its two throughputs come from one session)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -45,19 +49,21 @@ def failure_message(cell_id: str, repeats: Sequence[Sequence[Verdict]], rule: Fa
     last repeat's verdict, where one ran (:func:`to_confirm`).
 
     A failing verdict fails the test unless regressions are accepted (``--accept-regressions``),
-    or the A/B found the node, not the software, changed and the rule lets that pass. With
+    or it is a throughput fail the A/B found the node's, not the software's (cause ``system``, which
+    the confirmation says only on positive evidence), and the rule lets that pass. With
     ``--strict-verdicts`` a cell that was measured but not judged fails too, unless baselines are
-    being recorded."""
+    being recorded or the confirmation found the node's change and the rule lets that pass."""
     label = len(repeats) > 1
+    excused = confirmed is not None and confirmed.cause == "system" and rule.system_changes == "pass"
     failing = [verdict.message + (f" (repeat {index + 1})" if label else "")
-               for index, verdicts in enumerate(repeats) for verdict in verdicts if verdict.failed]
+               for index, verdicts in enumerate(repeats) for verdict in verdicts
+               if verdict.failed and not (excused and verdict.metric == "throughput")]
     if confirmed:
-        if confirmed.cause == "system" and rule.system_changes == "pass":
-            return None
-        failing = [f"{message}; confirmed: {confirmed.message}" for message in failing]
+        excuses = " (which excuses a throughput fail, never an efficiency fail)" if excused else ""
+        failing = [f"{message}; confirmed: {confirmed.message}{excuses}" for message in failing]
     if failing and not rule.accept_regressions:
         return f"{cell_id} regressed: " + "; ".join(failing)
-    if rule.update_baselines or not rule.strict_verdicts or not repeats:
+    if excused or rule.update_baselines or not rule.strict_verdicts or not repeats:
         return None
     last = repeats[-1]
     if (verdict := overall(list(last))) not in UNJUDGED:
@@ -65,3 +71,25 @@ def failure_message(cell_id: str, repeats: Sequence[Sequence[Verdict]], rule: Fa
     said = f"; confirmed: {confirmed.message}" if confirmed else ""
     return (f"{cell_id} {verdict} (--strict-verdicts): "
             + "; ".join(v.message for v in last if v.kind in UNJUDGED) + said)
+
+
+def judged_line(verdicts: Sequence[str], *, recorded: bool = False, confirm: bool = False) -> str:
+    """The session's last line: how many of its measured cells (their ``verdicts``) were judged
+    against a baseline, what the others were, and, where none was and the rest were measured but
+    not judged (:data:`UNJUDGED`), the next step: a session that ends green has then tested nothing.
+    ``recorded``: this session recorded baselines (``--update-baselines``); ``confirm``: it was
+    run with ``--confirm``."""
+    counts = collections.Counter(verdicts)
+    judged = sum(n for kind, n in counts.items() if kind != ERROR and kind not in UNJUDGED)
+    others = ", ".join(f"{counts[kind]} {kind}" for kind in (ERROR, *MOST_SERIOUS_FIRST)
+                       if kind in counts and (kind == ERROR or kind in UNJUDGED))
+    line = f"dlscale: {judged} of {len(verdicts)} cells judged" + (f" ({others})" if others else "")
+    if judged or not UNJUDGED & counts.keys():
+        return line
+    if recorded:
+        return line + ": this run recorded this machine's baselines (--update-baselines); the next one judges by them"
+    steps = ["record this machine's baselines with --update-baselines",
+             "compare against a reference with --against REF"]
+    if CONFIRMABLE & counts.keys() and not confirm:
+        steps.append("--confirm")
+    return line + ": " + ", or ".join(steps)

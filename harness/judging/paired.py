@@ -6,24 +6,35 @@ A stored baseline from another day cannot tell the software from the node (a VM 
 pair's log ratio ``log(current / reference)`` cancels what the node did to both. As in Chromium's
 Pinpoint, the per-pair log ratios are judged by a Wilcoxon signed-rank test, and the median ratio
 gets the distribution-free interval that belongs to that test (Hodges-Lehmann: the Walsh averages'
-order statistics). Pure functions; scipy only inside :func:`judge_pairs`.
+order statistics). Judged at several looks (8, 16, 32 pairs), each look's interval is a repeated
+confidence interval whose level spends the error across the looks (:mod:`harness.judging.sequential`),
+so that a verdict's error is what it says however many looks it took. Pure functions; scipy only
+inside functions.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
+import statistics
 from typing import Sequence
 
 import numpy as np
 
 from harness.judging.kinds import PairedKind
+from harness.judging.sequential import RULE_CITATIONS, look_levels, spending
 from harness.judging.stats import Estimate
 
 ALPHA = 0.05
+"""The two-sided error of an A/B's intervals over all its looks together: each verdict
+(``regressed``, ``improved``, ``same``) is wrong with probability at most ``ALPHA / 2``."""
+SPENDING_RULE = "pocock"
 MIN_PAIRS = 6
 """The fewest pairs with a 95% signed-rank interval (at 5, even all five the same way give p=0.0625)."""
 ORDERS = ("reference-first", "current-first")
+DUET_ORDERS = ("reference-on-first-half", "current-on-first-half")
+"""A duet pair's arrangements: which side ran on the node's first half (its lower cores or GPUs)."""
 MOST_PAIRS_TOLD = 1000
 """Beyond this, an inconclusive verdict says only that more would be needed: a ratio on the edge of
 the minimum effect is undecidable at any count."""
@@ -32,7 +43,8 @@ the minimum effect is undecidable at any count."""
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Pair:
     order: str
-    """Which side launched first: one of :data:`ORDERS`."""
+    """Which side launched first (one of :data:`ORDERS`), or in a duet which took the node's first
+    half (:data:`DUET_ORDERS`)."""
     reference: float
     current: float
     """Each side's throughput in this pair (images/s)."""
@@ -43,13 +55,60 @@ class Pair:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Look:
+    """Where in a sequential A/B its pairs are judged, and the level that look's interval has."""
+    looks: tuple[int, ...]
+    """The pair counts judged at so far, this look's last."""
+    most: int
+    """The most pairs the A/B may take: the information fraction of a look is ``pairs / most``."""
+    level: float
+    """The two-sided level of this look's repeated interval (its confidence is ``1 - level``)."""
+    spent: float
+    """The two-sided error spent by this look and those before it: a verdict reached here is wrong
+    with probability at most ``spent / 2``."""
+    rule: str | None
+    """The spending rule (:data:`harness.judging.sequential.RULES`); None for a single look."""
+    alpha: float = ALPHA
+
+    @property
+    def text(self) -> str:
+        if self.rule is None:
+            return f"{1 - self.level:.1%} interval"
+        return (f"{1 - self.level:.1%} repeated interval at look {len(self.looks)} ({self.looks[-1]} of up to "
+                f"{self.most} pairs), error spent {self.spent / 2:.2%} a verdict")
+
+    def to_json(self) -> dict:
+        return {"looks": list(self.looks), "most": self.most, "level": self.level, "spent": self.spent,
+                "rule": self.rule, "rule_name": RULE_CITATIONS.get(self.rule or "", "one look, no spending"),
+                "alpha": self.alpha, "error_bound": self.spent / 2}
+
+
+def single_look(alpha: float = ALPHA) -> Look:
+    """One look that spends all of ``alpha``: the judgement of a fixed set of pairs."""
+    return Look(looks=(), most=0, level=alpha, spent=alpha, rule=None, alpha=alpha)
+
+
+def sequential_look(looks: Sequence[int], most: int, alpha: float = ALPHA, rule: str = SPENDING_RULE) -> Look:
+    """The last of ``looks`` (pair counts, increasing) in an A/B of at most ``most`` pairs, its level
+    spent by ``rule`` (:func:`harness.judging.sequential.look_levels`)."""
+    looks = tuple(looks)
+    most = max(most, looks[-1])
+    return Look(looks=looks, most=most, level=look_levels(looks, most, alpha, rule)[-1],
+                spent=spending(rule, alpha)(looks[-1] / most), rule=rule, alpha=alpha)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class PairedVerdict:
     kind: PairedKind
     ratio: Estimate
-    """Median of current over reference throughput, with its 95% interval."""
+    """Median of current over reference throughput, with its interval at the look's level."""
     p_value: float
+    """Wilcoxon's two-sided p against no change at all (reported; the verdict is the interval's)."""
     pairs: int
     min_effect: float
+    look: Look = dataclasses.field(default_factory=single_look)
+    order_effect: Estimate | None = None
+    """How much faster a side runs when it launches second, as a ratio (:func:`order_effect`)."""
     flags: tuple[str, ...] = ()
     """What makes the pairs less trustworthy than their interval says: bimodal ratios, a side
     that drifted during the session."""
@@ -58,8 +117,8 @@ class PairedVerdict:
 
     @property
     def message(self) -> str:
-        text = (f"current/reference {self.ratio.text(3)} "
-                f"over {self.pairs} pairs, Wilcoxon p={self.p_value:.3g}, minimum effect {self.min_effect:.0%}")
+        text = (f"current/reference {self.ratio.text(3)} ({self.look.text}) over {self.pairs} pairs, "
+                f"Wilcoxon p={self.p_value:.3g}, minimum effect {self.min_effect:.0%}")
         if self.pairs_needed:
             text += f"; {self.pairs_needed}"
         return text + "".join(f"; {flag}" for flag in self.flags)
@@ -96,14 +155,40 @@ def median_interval(log_ratios: Sequence[float], confidence: float = 0.95) -> Es
     n = len(x)
     if n == 0:
         raise ValueError("no pairs to judge")
-    walsh = np.sort([(x[i] + x[j]) / 2 for i in range(n) for j in range(i, n)])
-    centre = math.exp(float(np.median(walsh)))
-    below = np.cumsum(signed_rank_null(n))
-    d = int(np.searchsorted(below, (1 - confidence) / 2, side="right"))  # P(T+ <= d-1) <= tail
+    walsh = np.sort(((x[:, None] + x[None, :]) / 2)[_upper_triangle(n)])
+    middle = len(walsh) // 2
+    centre = math.exp(float(walsh[middle] if len(walsh) % 2 else (walsh[middle - 1] + walsh[middle]) / 2))
+    below = _null_below(n)
+    # P(T+ <= d-1) <= tail; the tolerance keeps a level that equals a null probability on its side
+    d = int(np.searchsorted(below, (1 - confidence) / 2 * (1 + 1e-9), side="right"))
     if d == 0:
         return Estimate(value=centre, low=-math.inf, high=math.inf, confidence=confidence, n_steps=n)
     return Estimate(value=centre, low=math.exp(walsh[d - 1]), high=math.exp(walsh[len(walsh) - d]),
                     confidence=confidence, n_steps=n)
+
+
+@functools.lru_cache(maxsize=128)
+def _upper_triangle(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.triu_indices(n)
+
+
+@functools.lru_cache(maxsize=128)
+def _null_below(n: int) -> np.ndarray:
+    """P(T+ <= t) for t = 0..n(n+1)/2."""
+    return np.cumsum(signed_rank_null(n))
+
+
+def signed_rank_p_below(log_ratios: Sequence[float], edge: float) -> float:
+    """The exact one-sided signed-rank p-value against a median log ratio of ``edge`` or more (small
+    where the ratios lie below ``edge``)."""
+    shifted = np.asarray(log_ratios, dtype=float) - edge
+    shifted = shifted[shifted != 0]
+    n = len(shifted)
+    if n == 0:
+        return 1.0
+    ranks = np.argsort(np.argsort(np.abs(shifted))) + 1
+    t_plus = int(ranks[shifted > 0].sum())
+    return float(_null_below(n)[t_plus])
 
 
 def pairs_to_decide(ratio: Estimate, min_effect: float) -> int | None:
@@ -127,31 +212,161 @@ def pairs_to_decide(ratio: Estimate, min_effect: float) -> int | None:
     return min(MOST_PAIRS_TOLD + 1, math.ceil(ratio.n_steps * (half_width / room) ** 2))
 
 
-def judge_pairs(pairs: Sequence[Pair], *, min_effect: float, alpha: float = ALPHA) -> PairedVerdict:
-    """``regressed`` (or ``improved``) only when the signed-rank test says the sides differ and the
-    whole interval lies beyond ``min_effect``; ``same`` when the whole interval lies within it;
-    else ``inconclusive``, which more pairs may settle."""
+def decide(ratio: Estimate, min_effect: float) -> PairedKind:
+    """``regressed`` (``improved``) where the whole interval lies beyond the minimum effect below
+    (above) no change, ``same`` where it lies wholly within it, else ``inconclusive``. An interval
+    that excludes the minimum effect's edge excludes no change too, so a Wilcoxon test at the
+    interval's level would agree."""
+    low_edge, high_edge = 1 - min_effect, 1 + min_effect
+    if ratio.high < low_edge:
+        return PairedKind.REGRESSED
+    if ratio.low > high_edge:
+        return PairedKind.IMPROVED
+    if low_edge < ratio.low and ratio.high < high_edge:
+        return PairedKind.SAME
+    return PairedKind.INCONCLUSIVE
+
+
+def judge_pairs(pairs: Sequence[Pair], *, min_effect: float, look: Look | None = None) -> PairedVerdict:
+    """The pairs' verdict (:func:`decide`) on their median ratio's interval at ``look``'s level (a
+    sequential A/B's look, :func:`sequential_look`; by default one look at :data:`ALPHA`)."""
     from scipy import stats
 
+    look = look or single_look()
     logs = [pair.log_ratio for pair in pairs]
-    ratio = median_interval(logs, 1 - alpha)
+    ratio = median_interval(logs, 1 - look.level)
     if len(logs) < MIN_PAIRS or not any(logs):
         p_value = 1.0
     else:
         p_value = float(stats.wilcoxon(logs, zero_method="wilcox").pvalue)
-    low_edge, high_edge = 1 - min_effect, 1 + min_effect
-    if p_value < alpha and ratio.high < low_edge:
-        kind = PairedKind.REGRESSED
-    elif p_value < alpha and ratio.low > high_edge:
-        kind = PairedKind.IMPROVED
-    elif low_edge < ratio.low and ratio.high < high_edge:
-        kind = PairedKind.SAME
-    else:
-        kind = PairedKind.INCONCLUSIVE
-    flags = tuple(flag for flag in (bimodal(logs), drifted(pairs, "reference"), drifted(pairs, "current")) if flag)
+    kind = decide(ratio, min_effect)
+    order = order_effect(pairs)
+    flags = tuple(flag for flag in (bimodal(logs), drifted(pairs, "reference"), drifted(pairs, "current"),
+                                    order_flag(order, min_effect)) if flag)
     return PairedVerdict(kind=kind, ratio=ratio, p_value=p_value, pairs=len(logs), min_effect=min_effect,
-                         flags=flags,
+                         look=look, order_effect=order, flags=flags,
                          pairs_to_decide=pairs_to_decide(ratio, min_effect) if kind == PairedKind.INCONCLUSIVE else None)
+
+
+def judge_sequentially(pairs: Sequence[Pair], *, min_effect: float, first: int, most: int, alpha: float = ALPHA,
+                       rule: str = SPENDING_RULE) -> PairedVerdict:
+    """The verdict a sequential A/B reaches on ``pairs`` arriving in this order: judged at its
+    looks (:func:`harness.judging.sequential.planned_looks`, as far as the pairs go), stopping at
+    the first decision. A session's A/B also leaves out and holds what this does not see
+    (:mod:`harness.session.paired`); this re-judges its recorded pairs, e.g. at another minimum
+    effect."""
+    from harness.judging.sequential import planned_looks
+
+    looks = [look for look in planned_looks(first, most) if look <= len(pairs)] or [len(pairs)]
+    verdict = None
+    for index, look in enumerate(looks):
+        verdict = judge_pairs(pairs[:look], min_effect=min_effect,
+                              look=sequential_look(looks[:index + 1], most, alpha, rule))
+        if verdict.kind != PairedKind.INCONCLUSIVE:
+            break
+    return verdict
+
+
+def order_effect(pairs: Sequence[Pair]) -> Estimate | None:
+    """How much faster a side runs when launched second (in a duet: on the node's second half), as
+    a ratio: half the Hodges-Lehmann difference between the log ratios of the pairs where the
+    reference went first and those where the current side did (a second launch that runs ``e``
+    faster adds ``e`` to the first kind and takes it from the second), with the 95% interval of
+    that difference (Mann-Whitney). None with fewer than three pairs of either arrangement."""
+    from scipy import stats
+
+    first = [pair.log_ratio for pair in pairs if pair.order in (ORDERS[0], DUET_ORDERS[0])]
+    second = [pair.log_ratio for pair in pairs if pair.order not in (ORDERS[0], DUET_ORDERS[0])]
+    if min(len(first), len(second)) < 3:
+        return None
+    differences = np.sort(np.subtract.outer(np.asarray(first), np.asarray(second)).ravel())
+    m, n = len(first), len(second)
+    k = max(0, int(math.floor(m * n / 2 - stats.norm.isf(0.025) * math.sqrt(m * n * (m + n + 1) / 12))))
+    low, high = (differences[k], differences[-k - 1]) if k > 0 else (-math.inf, math.inf)
+    return Estimate(value=math.exp(float(np.median(differences)) / 2), low=math.exp(low / 2),
+                    high=math.exp(high / 2), confidence=0.95, n_steps=m + n)
+
+
+def order_flag(effect: Estimate | None, min_effect: float) -> str | None:
+    """The flag where launching second changes a side's speed by more than the minimum effect, with
+    confidence: the ratios' median still holds with balanced orders, but each pair is less exact."""
+    if effect is None or not (effect.low > 1 + min_effect or effect.high < 1 - min_effect):
+        return None
+    return (f"order effect: a side launched second runs {effect.value - 1:+.1%} "
+            f"[{effect.low - 1:+.1%}, {effect.high - 1:+.1%}] against first (more than the minimum effect)")
+
+
+STEP_SEGMENT = 4
+"""The fewest pairs on either side of a step in the node's speed or in the ratio that is looked for."""
+
+
+def speed_steps(pairs: Sequence[Pair], verdict: PairedVerdict, *, min_effect: float) -> list[str]:
+    """Why a step within the session holds ``verdict`` back, if one does (a decided verdict only):
+
+    - the node's speed stepped (a change point in a side's throughput,
+      :func:`harness.judging.stats.change_points`) and the verdict, judged again without the pairs
+      around the step (whose two launches may lie on either side of it), is another;
+    - the ratio itself stepped and one segment's median lies on the other side of the minimum
+      effect's edge from the verdict: the change is in part of the session only.
+    """
+    from harness.judging.stats import change_points
+
+    if verdict.kind == PairedKind.INCONCLUSIVE or len(pairs) < 2 * STEP_SEGMENT:
+        return []
+    reasons = []
+    for side in ("reference", "current"):
+        series = [math.log(getattr(pair, side)) for pair in pairs]
+        for at in change_points(series, min_size=STEP_SEGMENT):
+            around = {at - 1, at}
+            rest = [pair for index, pair in enumerate(pairs) if index not in around]
+            again = judge_pairs(rest, min_effect=min_effect, look=verdict.look)
+            if again.kind != verdict.kind:
+                before, after = (statistics.median(getattr(pair, side) for pair in part)
+                                 for part in (pairs[:at], pairs[at:]))
+                reasons.append(f"the {side} side's speed stepped from {before:.4g} to {after:.4g} at pair {at + 1}; "
+                               f"without the pairs around the step the verdict would be {again.kind}")
+    logs = [pair.log_ratio for pair in pairs]
+    for at in change_points(logs, min_size=STEP_SEGMENT):
+        segments = [math.exp(statistics.median(part)) for part in (logs[:at], logs[at:])]
+        if any(decide(Estimate(value=ratio, low=ratio, high=ratio), min_effect) != verdict.kind for ratio in segments):
+            reasons.append(f"the ratio stepped from {segments[0]:.3f} to {segments[1]:.3f} at pair {at + 1}: "
+                           "the pairs measured different differences in the two parts of the session")
+    return reasons
+
+
+def hold(verdict: PairedVerdict, reasons: Sequence[str]) -> PairedVerdict:
+    """``verdict`` held ``inconclusive`` for ``reasons`` (said in its flags); as it is without any."""
+    if not reasons:
+        return verdict
+    said = "" if verdict.kind == PairedKind.INCONCLUSIVE else f"{verdict.kind} held inconclusive: "
+    return dataclasses.replace(verdict, kind=PairedKind.INCONCLUSIVE,
+                               flags=verdict.flags + tuple(f"{said}{reason}" for reason in reasons))
+
+
+def repeated_p_value(log_ratios: Sequence[float], looks: Sequence[int], most: int, kind: PairedKind,
+                     min_effect: float, rule: str = SPENDING_RULE) -> float:
+    """The smallest error ``alpha`` at which the sequential A/B would have called ``kind``
+    (``regressed`` or ``improved``) at one of ``looks`` (the pairs' prefixes it judged): the
+    p-value the false-discovery control across cells ranks (Jennison and Turnbull's repeated
+    p-value). ``1.0`` for other kinds."""
+    if kind not in (PairedKind.REGRESSED, PairedKind.IMPROVED):
+        return 1.0
+    sign = 1.0 if kind == PairedKind.REGRESSED else -1.0
+    edge = math.log(1 - min_effect) if kind == PairedKind.REGRESSED else math.log(1 + min_effect)
+    looks = [look for look in looks if 0 < look <= len(log_ratios)]
+    one_sided = [signed_rank_p_below([sign * x for x in log_ratios[:look]], sign * edge) for look in looks]
+
+    def margin(alpha: float) -> float:  # > 0 where some look would have called it at alpha
+        levels = look_levels(looks, most, alpha, rule)
+        return max(level / 2 - p for p, level in zip(one_sided, levels))
+
+    from scipy.optimize import brentq
+
+    if not looks or margin(1.0) < 0:
+        return 1.0
+    if margin(1e-8) >= 0:
+        return 1e-8
+    return math.exp(brentq(lambda log_alpha: margin(math.exp(log_alpha)), math.log(1e-8), 0.0, xtol=1e-4))
 
 
 def cause_of(verdict: PairedVerdict) -> str:
@@ -198,13 +413,14 @@ def drifted(pairs: Sequence[Pair], side: str, alpha: float = ALPHA) -> str | Non
     return f"{side} drifted {math.expm1(slope):+.0%} over the session (Kendall tau {tau.statistic:+.2f})"
 
 
-def next_orders(count: int, kept: Sequence[str], rng: random.Random) -> list[str]:
-    """Orders for ``count`` more pairs that bring the kept pairs' orders closest to half each way,
-    in random sequence."""
-    first = sum(order == ORDERS[0] for order in kept)
+def next_orders(count: int, kept: Sequence[str], rng: random.Random,
+                arrangements: Sequence[str] = ORDERS) -> list[str]:
+    """Orders (or a duet's arrangements) for ``count`` more pairs that bring the kept pairs' to
+    closest to half each way, in random sequence."""
+    first = sum(order == arrangements[0] for order in kept)
     total = len(kept) + count
     want_first = min(count, max(0, total // 2 - first + (rng.random() < 0.5 if total % 2 else 0)))
-    orders = [ORDERS[0]] * want_first + [ORDERS[1]] * (count - want_first)
+    orders = [arrangements[0]] * want_first + [arrangements[1]] * (count - want_first)
     rng.shuffle(orders)
     return orders
 

@@ -12,6 +12,12 @@ or the reason it is not recorded out. Writing the file is :mod:`harness.store.ba
 - The machine yardstick is stored as the measurements' mean with its launch-to-launch noise, so
   that a later run normalises only a move of the machine's speed beyond it
   (:func:`harness.judging.yardstick.beyond_noise`).
+- An entry carries what rebuilds the environment it was measured in, for ``--confirm``
+  (:mod:`harness.judging.confirmation`): in ``provenance`` the commit, the version of the code
+  (``code``), the full package set of torch's environment (``environment``) and of the one the
+  cell's ranks ran in (``rank_environment``: another runtime's own), the ranks' launch environment
+  (``launch_environment``) and launcher; the stack facts are the fingerprint's. The package sets
+  themselves are kept beside the baseline file (:mod:`harness.store.environments`).
 """
 from __future__ import annotations
 
@@ -109,9 +115,11 @@ def too_uncertain_to_record(results: Sequence[Measurement], widest: float) -> st
 
 
 def baseline_entries(results: Sequence[Measurement], *, config: Mapping, provenance: Mapping, band_floor: float,
-                     accept_regressions: bool, widest: float, use_yardstick: bool = True) -> tuple[list[dict], list[str]]:
+                     accept_regressions: bool, widest: float, use_yardstick: bool = True,
+                     rank_environments: Mapping[str, str] | None = None) -> tuple[list[dict], list[str]]:
     """The entries to write for a session's ``results`` (repeats of a cell grouped into one), and a
-    line for each cell not recorded, saying why. A cell with a failed launch keeps its old entry."""
+    line for each cell not recorded, saying why. A cell with a failed launch keeps its old entry.
+    ``rank_environments``: by cell id, the package set its ranks ran in (its id)."""
     by_cell: dict = {}
     for result in results:
         by_cell.setdefault(result.cell, []).append(result)
@@ -124,18 +132,21 @@ def baseline_entries(results: Sequence[Measurement], *, config: Mapping, provena
             kept.append(f"{measured[0].cell.id}: {why_not}")
             continue
         entries.append(baseline_entry(measured, config=config, provenance=provenance, band_floor=band_floor,
-                                      use_yardstick=use_yardstick))
+                                      use_yardstick=use_yardstick,
+                                      rank_environment=(rank_environments or {}).get(measured[0].cell.id)))
     return entries, kept
 
 
 def baseline_entry(results: Sequence[Measurement], *, config: Mapping, provenance: Mapping, band_floor: float,
-                   use_yardstick: bool = True) -> dict:
-    """The baseline entry of one cell from its measurements (all of the same cell, all ok)."""
+                   use_yardstick: bool = True, rank_environment: str | None = None) -> dict:
+    """The baseline entry of one cell from its measurements (all of the same cell, all ok);
+    ``rank_environment``: the id of the package set its ranks ran in, where it is known."""
     last = results[-1]
+    ran_in = {"rank_environment": rank_environment} if rank_environment else {}
     entry = {"cell": last.cell.id, "metrics": {}, "bands": {}, "config_hash": last.config_hash,
              "config": dict(config), "fingerprint": last.fingerprint,
              "breakdown": last.breakdown.slowest.to_json() if last.breakdown else None,
-             "provenance": {**provenance, "launcher": last.run.launcher, "ranks": last.cell.ranks}}
+             "provenance": {**provenance, **ran_in, "launcher": last.run.launcher, "ranks": last.cell.ranks}}
     machine = baseline_yardstick([r.yardstick for r in results]) if use_yardstick else None
     if machine:
         entry["yardstick"] = machine.to_json()

@@ -76,6 +76,11 @@ class Reference:
 class Verdict:
     kind: VerdictKind
     message: str
+    metric: str | None = None
+    """The metric it judges (``throughput``, ``efficiency``, ``accuracy``); None for a verdict on the
+    cell as a whole (``no-baseline``, ``stale``, ``machine-differs``). ``--system-changes pass`` excuses
+    a throughput fail that ``--confirm`` found the node's, and never an efficiency fail: the ratio of
+    two throughputs of one session cancels the node's speed."""
 
     @property
     def failed(self) -> bool:
@@ -119,10 +124,11 @@ def judge(measured: Estimate, reference: Reference | None, *, metric: str, launc
     """Judge a measured interval, pooled from ``launches`` launches, against its reference band as
     measured (higher is better)."""
     if reference is None:
-        return Verdict(kind=VerdictKind.NO_BASELINE, message=f"no {metric} baseline")
+        return Verdict(kind=VerdictKind.NO_BASELINE, message=f"no {metric} baseline", metric=metric)
     result = band_verdict(measured, reference, launches)
     return Verdict(kind=result.kind, message=f"{metric} {measured.value / reference.value - 1:+.1%} against "
-                                             f"{_band(reference, launches)}: {result.message}{_defaulted(reference)}")
+                                             f"{_band(reference, launches)}: {result.message}{_defaulted(reference)}",
+                   metric=metric)
 
 
 def band_verdict(measured: Estimate, reference: Reference, launches: int = 1) -> BandVerdict:
@@ -172,13 +178,13 @@ def judge_throughput(measured: Estimate, reference: Reference | None, *, machine
     readings agree on (:func:`agreed`). ``raw_because``: why a figure that could have been
     normalised was judged only as measured. ``launches``: how many launches the interval pools."""
     if reference is None:
-        return Verdict(kind=VerdictKind.NO_BASELINE, message="no throughput baseline")
+        return Verdict(kind=VerdictKind.NO_BASELINE, message="no throughput baseline", metric="throughput")
     raw = band_verdict(measured, reference, launches)
     change = f"{measured.value / reference.value - 1:+.1%}"
     if machine_speed is None:
         how = f" as measured ({raw_because})" if raw_because else ""
         return Verdict(kind=raw.kind, message=f"throughput {change}{how} against {_band(reference, launches)}: "
-                                              f"{raw.message}{_defaulted(reference)}")
+                                              f"{raw.message}{_defaulted(reference)}", metric="throughput")
     judged = normalise_estimate(measured, machine_speed, machine_drift)
     normalised = band_verdict(judged, reference, launches)
     kind = agreed(raw.kind, normalised.kind)
@@ -186,10 +192,11 @@ def judge_throughput(measured: Estimate, reference: Reference | None, *, machine
             f"(machine {machine_speed - 1:+.1%} by the yardstick, {machine_drift:.1%} apart before and after the "
             f"window), {change} as measured, against {_band(reference, launches)}")
     if raw.kind == normalised.kind:
-        return Verdict(kind=kind, message=f"{head}: {normalised.message}{_defaulted(reference)}")
+        return Verdict(kind=kind, message=f"{head}: {normalised.message}{_defaulted(reference)}", metric="throughput")
     return Verdict(kind=kind, message=(
         f"{head}: the two readings disagree (normalised {normalised.kind}: {normalised.message}; as measured "
-        f"{raw.kind}: {raw.message}), and the yardstick alone cannot settle it{_defaulted(reference)}"))
+        f"{raw.kind}: {raw.message}), and the yardstick alone cannot settle it{_defaulted(reference)}"),
+        metric="throughput")
 
 
 def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[str, Reference | None], *,

@@ -3,6 +3,7 @@ into the argument list of a real launcher command (``srun``, ``mpirun``, ``torch
 from __future__ import annotations
 
 import abc
+import copy
 import dataclasses
 import json
 import os
@@ -12,7 +13,7 @@ import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from harness import HARNESS_SOURCE
 from harness.common.registry import Entry, Registry
@@ -60,11 +61,16 @@ class Launcher(abc.ABC):
     takes_partition = False
     """Whether it can start ranks in a Slurm partition of the user's choice (``--partition``)."""
 
-    def __init__(self, *, environment: Mapping[str, str] | None = None, partition: str | None = None,
-                 slurm_env: Mapping[str, str] | None = None):
+    def __init__(self, *, environment: Mapping[str, str] | None = None, unset: Iterable[str] = (),
+                 partition: str | None = None, slurm_env: Mapping[str, str] | None = None):
         self.environment = dict(environment or {})
         """The launch environment (:func:`harness.machine.allocation.launch_environment`): site settings such as
         NCCL_SOCKET_IFNAME that every rank gets, set on the launcher's own command line."""
+        self.unset = tuple(name for name in unset if name not in self.environment)
+        """Variables no rank may have, though this process has them (an ``--against env:NAME`` reference's):
+        unset on the launcher's own command line. Every launcher here passes its own environment on
+        to the ranks (srun's ``--export=ALL``, mpirun's local launch and its daemons started by srun,
+        torchrun's agent), so what it lacks they lack; mpirun's ``-x`` never names them."""
         self.partition = partition
         self.slurm_env = slurm_env
         """The environment the Slurm allocation is read from; None: this process's, when asked."""
@@ -72,11 +78,20 @@ class Launcher(abc.ABC):
     def _allocation(self) -> allocation.Allocation | None:
         return allocation.from_env(os.environ if self.slurm_env is None else self.slurm_env)
 
+    def with_variables(self, variables: Mapping[str, str]) -> "Launcher":
+        """This launcher with ``variables`` added to its launch environment (a duet side's GPUs)."""
+        other = copy.copy(self)
+        other.environment = {**self.environment, **variables}
+        other.unset = tuple(name for name in self.unset if name not in other.environment)
+        return other
+
     def _with_environment(self, command: list[str]) -> list[str]:
-        """``command`` run under ``env NAME=VALUE ...``: seen in the results, inherited by every launcher."""
-        if not self.environment:
+        """``command`` run under ``env -u NAME ... NAME=VALUE ...``: seen in the results, inherited by
+        every launcher."""
+        if not self.environment and not self.unset:
             return command
-        return ["env", *(f"{name}={value}" for name, value in self.environment.items()), *command]
+        return ["env", *(token for name in self.unset for token in ("-u", name)),
+                *(f"{name}={value}" for name, value in self.environment.items()), *command]
 
     def unavailable_reason(self) -> str | None:
         """Why this launcher cannot be used here, or None when it can."""
@@ -189,9 +204,10 @@ class SrunLauncher(Launcher):
     executable = "srun"
     takes_partition = True
 
-    def __init__(self, *, environment: Mapping[str, str] | None = None, partition: str | None = None,
-                 slurm_env: Mapping[str, str] | None = None, version: tuple[int, ...] | None = None):
-        super().__init__(environment=environment, partition=partition, slurm_env=slurm_env)
+    def __init__(self, *, environment: Mapping[str, str] | None = None, unset: Iterable[str] = (),
+                 partition: str | None = None, slurm_env: Mapping[str, str] | None = None,
+                 version: tuple[int, ...] | None = None):
+        super().__init__(environment=environment, unset=unset, partition=partition, slurm_env=slurm_env)
         self.version = version
 
     def unavailable_reason(self) -> str | None:
@@ -264,7 +280,8 @@ class MpirunLauncher(Launcher):
         if os.geteuid() == 0:
             command.append("--allow-run-as-root")
         for name in dict.fromkeys([*request.export, *self.environment]):
-            command += ["-x", name]
+            if name not in self.unset:
+                command += ["-x", name]
         return self._with_environment(command + [request.rank_python or request.python, "-m", request.module,
                                                  *request.args])
 

@@ -3,6 +3,7 @@ heartbeats, enforce timeouts, end every process it started, and collect the rank
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from harness.rank.cell import Cell
 from harness.rank.frameworks import FRAMEWORKS, has_servers
 from harness.rank.rankenv import launch_port_block
 from harness.rank.runtime import rank_interpreter
-from harness.rank.spec import RankOptions, WorkerSpec
+from harness.rank.spec import RankOptions, WorkerSpec, option_names_of
 from harness.rank.stacks import describe as describe_stacks
 from harness.rank.stacks import where_ranks_stood
 from harness.rank.workload import Workload
@@ -122,19 +123,23 @@ def _kill_at_once(process: subprocess.Popen, token: str) -> None:
     kill_processes_with_token(token, timeout_s=2.0)
 
 
-def _end(process: subprocess.Popen, token: str, launcher: Launcher, request: LaunchRequest,
-         limits: RunLimits, outdir: Path) -> tuple[list[int], dict[str, list[int]], str | None]:
+def _end_process(launch: _Launch, limits: RunLimits) -> None:
+    """Stop the launcher (and through it its ranks) where it still runs."""
+    if launch.process.poll() is None:
+        _terminate(launch.process, limits.terminate_grace_s)
+
+
+def _end(launch: _Launch, limits: RunLimits) -> tuple[list[int], dict[str, list[int]], str | None]:
     """End the launch and everything it started, on this node and (through the launcher) on the
-    others, and remove what its killed ranks left half-written in ``outdir``: the pids the sweeps
+    others, and remove what its killed ranks left half-written in its directory: the pids the sweeps
     still found alive here and elsewhere, and why the other nodes could not be checked, if so."""
-    if process.poll() is None:
-        _terminate(process, limits.terminate_grace_s)
-    orphans = kill_processes_with_token(token)
+    _end_process(launch, limits)
+    orphans = kill_processes_with_token(launch.token)
     try:
-        elsewhere, error = launcher.cleanup(request), None
+        elsewhere, error = launch.launcher.cleanup(launch.request), None
     except (OSError, RuntimeError, subprocess.SubprocessError) as failure:
         elsewhere, error = {}, f"clean-up of the other nodes: {failure}"
-    remove_orphaned_temporaries(outdir)  # a rank killed mid-write cannot remove its temporary file
+    remove_orphaned_temporaries(launch.outdir)  # a rank killed mid-write cannot remove its temporary file
     return orphans, elsewhere, error
 
 
@@ -146,24 +151,54 @@ def _describe_errors(errors: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
-def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Launcher, *, workdir: Path,
-             limits: RunLimits = RunLimits(), options: RankOptions = RankOptions(), master_addr: str | None = None,
-             on_progress: StatusLineFn | None = None, source: Path = HARNESS_SOURCE.parent,
-             python: str | None = None) -> CellRun:
-    """Run ``cell`` through ``launcher`` with its files under ``workdir/<cell id>``; ``workload`` is
-    None for the accuracy task (``options.accuracy``). The ranks run the harness in ``source``:
-    this checkout's, or a reference environment's (harness.machine.references); ``python`` is the
-    interpreter of a reference's package set, where the cell's runtime is this interpreter's."""
+@functools.lru_cache(maxsize=64)
+def worker_options(source: Path) -> frozenset[str] | None:
+    """The rank options the worker in ``source`` accepts; None for this checkout's (all of them)."""
+    if source.resolve() == HARNESS_SOURCE.parent.resolve():
+        return None
+    try:
+        return option_names_of((source / "harness" / "rank" / "spec.py").read_text())
+    except (OSError, SyntaxError):
+        return None
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Launch:
+    """One launch between its start and its end: what :func:`run_cell` and :func:`run_cells_together` watch."""
+    cell: Cell | AccuracyCell
+    launcher: Launcher
+    request: LaunchRequest
+    command: list[str]
+    env: dict[str, str]
+    outdir: Path
+    log_path: Path
+    token: str
+    source: Path
+    python: str | None
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    outcome: tuple[str, str | None] | None = None
+    """The status and, where the runner stopped it, why; None while it runs."""
+    last_beat: float = dataclasses.field(default_factory=time.time)
+    last_line: str = ""
+    first_error_at: float | None = None
+
+
+def _prepare(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Launcher, *, workdir: Path,
+             limits: RunLimits, options: RankOptions, master_addr: str | None, source: Path,
+             python: str | None) -> _Launch:
+    """Write the launch's spec and make its command, ready to start."""
     outdir = workdir / cell.id
     if outdir.exists():
         shutil.rmtree(outdir)
     outdir.mkdir(parents=True)
     spec = WorkerSpec(cell=cell.to_spec() if isinstance(cell, Cell) else dataclasses.asdict(cell),
                       workload=dataclasses.asdict(workload) if workload else None,
-                      output_dir=str(outdir.resolve()), launch_environment=tuple(sorted(launcher.environment)),
+                      output_dir=str(outdir.resolve()),
+                      launch_environment=tuple(sorted({*launcher.environment, *launcher.unset})),
                       options=options, silent_dump_s=limits.silent_dump_s)
     spec_path = outdir / "spec.json"
-    write_json_atomic(spec_path, spec.to_json())
+    write_json_atomic(spec_path, spec.to_json(worker_options(source)))
 
     token = uuid.uuid4().hex
     master_addr = master_addr or launcher.rendezvous_host()
@@ -172,31 +207,87 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
                             master_addr=master_addr, token=token, cores_per_rank=options.cores_per_rank,
                             share_cores=has_servers(cell.framework),
                             rank_python=rank_interpreter(FRAMEWORKS.entry(cell.framework).runtime) or python)
-    command = launcher.command(request)
     env = dict(os.environ, PYTHONUNBUFFERED="1", MASTER_PORT=str(request.master_port), **{TOKEN_VARIABLE: token})
     if master_addr:
         env["MASTER_ADDR"] = master_addr
     else:
         env.pop("MASTER_ADDR", None)
-    env = with_harness_importable(env, source)
+    return _Launch(cell=cell, launcher=launcher, request=request, command=launcher.command(request),
+                   env=with_harness_importable(env, source), outdir=outdir, log_path=outdir / "launcher.log",
+                   token=token, source=source, python=python)
 
-    log_path = outdir / "launcher.log"
-    started = time.monotonic()
-    # Only INTERRUPTS.pause lets a first Ctrl-C cut this short: the launch is never left unwatched
+
+def _spawn(launch: _Launch) -> None:
+    launch.started = time.monotonic()
+    with open(launch.log_path, "wb") as log:
+        launch.process = subprocess.Popen(launch.command, env=launch.env, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Launcher, *, workdir: Path,
+             limits: RunLimits = RunLimits(), options: RankOptions = RankOptions(), master_addr: str | None = None,
+             on_progress: StatusLineFn | None = None, source: Path = HARNESS_SOURCE.parent,
+             python: str | None = None) -> CellRun:
+    """Run ``cell`` through ``launcher`` with its files under ``workdir/<cell id>``; ``workload`` is
+    None for the accuracy task (``options.accuracy``). The ranks run the harness in ``source``:
+    this checkout's, or a reference environment's (harness.machine.references); ``python`` is the
+    interpreter of a reference's package set, where the cell's runtime is this interpreter's."""
+    launch = _prepare(cell, workload, launcher, workdir=workdir, limits=limits, options=options,
+                      master_addr=master_addr, source=source, python=python)
+    return _run_together([launch], limits, [on_progress])[0]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Together:
+    """One of the launches :func:`run_cells_together` starts at once: :func:`run_cell`'s arguments."""
+    cell: Cell
+    workload: Workload
+    launcher: Launcher
+    workdir: Path
+    options: RankOptions
+    source: Path = HARNESS_SOURCE.parent
+    python: str | None = None
+    on_progress: StatusLineFn | None = None
+
+
+def run_cells_together(launches: list[Together], limits: RunLimits = RunLimits()) -> list[CellRun]:
+    """Start every launch at once and watch them together (a duet's two sides); each ends on its own
+    terms, as :func:`run_cell`'s would. A second Ctrl-C ends them all at once."""
+    prepared = [_prepare(item.cell, item.workload, item.launcher, workdir=item.workdir, limits=limits,
+                         options=item.options, master_addr=None, source=item.source, python=item.python)
+                for item in launches]
+    return _run_together(prepared, limits, [item.on_progress for item in launches])
+
+
+def _run_together(launches: list[_Launch], limits: RunLimits, on_progress: list[StatusLineFn | None]) -> list[CellRun]:
+    # Only INTERRUPTS.pause lets a first Ctrl-C cut this short: a launch is never left unwatched
     # between its start and its end, and its end is never cut short (see harness.common.interrupts).
     with INTERRUPTS.protect(raise_pending=False):
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
-        with INTERRUPTS.on_hurry(lambda: _kill_at_once(process, token)):
+        try:
+            for launch in launches:
+                _spawn(launch)
+        except BaseException:
+            for launch in launches:
+                if launch.process is not None:
+                    _end(launch, limits)
+            raise
+        with INTERRUPTS.on_hurry(lambda: [_kill_at_once(launch.process, launch.token) for launch in launches]):
             try:
-                status, error = _watch(process, cell, outdir, limits, started, on_progress)
+                _watch(launches, limits, on_progress)
             except BaseException:
-                _end(process, token, launcher, request, limits, outdir)
+                for launch in launches:
+                    _end(launch, limits)
                 raise
-            orphans, orphans_elsewhere, cleanup_error = _end(process, token, launcher, request, limits, outdir)
-    wall = time.monotonic() - started
+            ends = [_end(launch, limits) for launch in launches]
+    return [_finish(launch, limits, *end) for launch, end in zip(launches, ends)]
 
+
+def _finish(launch: _Launch, limits: RunLimits, orphans: list[int], orphans_elsewhere: dict[str, list[int]],
+            cleanup_error: str | None) -> CellRun:
+    """The ended launch's run: its records, and what went wrong, from the ranks' own reports."""
+    wall = time.monotonic() - launch.started
+    cell, outdir, process = launch.cell, launch.outdir, launch.process
+    status, error = launch.outcome or ("failed", None)
     everyone = _read_all(outdir, "record-*.json")
     records = [record for record in everyone if record.get("role") != "server"]
     errors = _read_all(outdir, "error-*.json")
@@ -206,7 +297,7 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     if errors:
         problems.append(_describe_errors(errors))
     silent = _silent_ranks(cell, everyone, errors) if status in ("ok", "failed") else ""
-    if strangers := _ran_other_code(everyone, source, request.rank_python if python else None):
+    if strangers := _ran_other_code(everyone, launch.source, launch.request.rank_python if launch.python else None):
         problems.append(strangers)
     if silent:
         problems.append(f"rank(s) {silent} ended without a record or an error report (killed, or died in "
@@ -216,37 +307,47 @@ def run_cell(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
     if status != "ok":
         if stood := where_ranks_stood(outdir):
             problems.append(describe_stacks(stood, limits.silent_dump_s))
-        problems.append(f"{launcher.name} exited with status {process.returncode}; its last lines:\n{_tail(log_path)}")
-    error = "\n".join(problems) or None
-    return CellRun(cell=cell, launcher=launcher.name, command=command, status=status, records=records, error=error,
-                   wall_s=wall, log_path=log_path, token=token, orphans_killed=orphans,
-                   orphans_elsewhere=orphans_elsewhere,
+        problems.append(f"{launch.launcher.name} exited with status {process.returncode}; its last lines:\n"
+                        f"{_tail(launch.log_path)}")
+    return CellRun(cell=cell, launcher=launch.launcher.name, command=launch.command, status=status, records=records,
+                   error="\n".join(problems) or None, wall_s=wall, log_path=launch.log_path, token=launch.token,
+                   orphans_killed=orphans, orphans_elsewhere=orphans_elsewhere,
                    server_records=[record for record in everyone if record.get("role") == "server"])
 
 
-def _watch(process: subprocess.Popen, cell: Cell, outdir: Path, limits: RunLimits, started: float,
-           on_progress: StatusLineFn | None) -> tuple[str, str | None]:
-    """Wait for the launch to end, or for its first error report, timeout or silence to outlast
-    its limit; the status and, when the runner stopped it, why."""
-    last_beat, last_line, first_error_at = time.time(), "", None
-    while process.poll() is None:
+def _watch(launches: list[_Launch], limits: RunLimits, on_progress: list[StatusLineFn | None]) -> None:
+    """Wait for every launch to end, or for its first error report, timeout or silence to outlast
+    its limit; each launch's status and, when the runner stopped it, why (``outcome``)."""
+    while any(launch.outcome is None for launch in launches):
         INTERRUPTS.pause(0.5)
-        progress = _read_all(outdir, "progress-*.json")
-        last_beat = max([last_beat] + [p["time"] for p in progress])
-        line = _progress_line(cell, progress)
-        if on_progress and line != last_line:
-            on_progress(line)
-            last_line = line
-        if list(outdir.glob("error-*.json")):
-            first_error_at = first_error_at or time.monotonic()
-            if time.monotonic() - first_error_at > limits.error_grace_s:
-                return "failed", None
-        if time.monotonic() - started > limits.timeout_s:
-            return "timeout", f"cell exceeded its {limits.timeout_s:.0f} s timeout; {line}"
-        if time.time() - last_beat > limits.heartbeat_s:
-            return "hung", (f"no progress from any rank for {limits.heartbeat_s:.0f} s (heartbeat timeout); "
-                            f"least recent: {_least_recent(cell, progress)}; {line}")
-    return "ok", None
+        for launch, told in zip(launches, on_progress):
+            if launch.outcome is None:
+                launch.outcome = _check(launch, limits, told)
+                if launch.outcome is not None and launch.outcome[0] != "ok":
+                    _end_process(launch, limits)
+
+
+def _check(launch: _Launch, limits: RunLimits, on_progress: StatusLineFn | None) -> tuple[str, str | None] | None:
+    """One look at a running launch: its outcome once it has one, else None."""
+    if launch.process.poll() is not None:
+        return "ok", None
+    cell, outdir = launch.cell, launch.outdir
+    progress = _read_all(outdir, "progress-*.json")
+    launch.last_beat = max([launch.last_beat] + [p["time"] for p in progress])
+    line = _progress_line(cell, progress)
+    if on_progress and line != launch.last_line:
+        on_progress(line)
+        launch.last_line = line
+    if list(outdir.glob("error-*.json")):
+        launch.first_error_at = launch.first_error_at or time.monotonic()
+        if time.monotonic() - launch.first_error_at > limits.error_grace_s:
+            return "failed", None
+    if time.monotonic() - launch.started > limits.timeout_s:
+        return "timeout", f"cell exceeded its {limits.timeout_s:.0f} s timeout; {line}"
+    if time.time() - launch.last_beat > limits.heartbeat_s:
+        return "hung", (f"no progress from any rank for {limits.heartbeat_s:.0f} s (heartbeat timeout); "
+                        f"least recent: {_least_recent(cell, progress)}; {line}")
+    return None
 
 
 def _ran_other_code(records: list[dict], source: Path, python: str | None = None) -> str:

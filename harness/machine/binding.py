@@ -39,9 +39,41 @@ def cores_for(allowed: Sequence[int], local_rank: int, cores_per_rank: int) -> l
     return allowed[start:start + cores_per_rank]
 
 
-def bind(local_rank: int, cores_per_rank: int) -> list[int]:
-    """Bind this CPU rank to its ``cores_per_rank`` cores (:func:`cores_for`)."""
-    return pin(cores_for(os.sched_getaffinity(0), local_rank, cores_per_rank))
+def bind(local_rank: int, cores_per_rank: int, within: Sequence[int] | None = None) -> list[int]:
+    """Bind this CPU rank to its ``cores_per_rank`` cores (:func:`cores_for`), out of ``within``
+    where given (a duet's half of the node) rather than the cores it was started with."""
+    allowed = sorted(within) if within else os.sched_getaffinity(0)
+    if within and len(allowed) == cores_per_rank and local_rank > 0:
+        raise ValueError(f"local rank {local_rank} has no cores of its own in {_ranges(allowed)}")
+    return pin(cores_for(allowed, local_rank, cores_per_rank))
+
+
+def physical_cores(cpus: Sequence[int], sysfs: Path = Path("/sys/devices/system/cpu")) -> list[list[int]]:
+    """``cpus`` grouped by the physical core they are hardware threads of (SMT siblings, from sysfs's
+    ``thread_siblings_list``); a CPU whose siblings are unknown is a core of its own."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for cpu in sorted(cpus):
+        try:
+            siblings = tuple(parse_cpulist((sysfs / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text()))
+        except (OSError, ValueError):
+            siblings = (cpu,)
+        groups.setdefault(siblings, []).append(cpu)
+    return list(groups.values())
+
+
+def halves(cpus: Sequence[int], sysfs: Path = Path("/sys/devices/system/cpu")) -> tuple[list[int], list[int]]:
+    """The node's ``cpus`` in two halves of whole physical cores, the lower half first; ValueError
+    where they cannot be split so (an odd number of cores, or SMT siblings that would land in both)."""
+    cores = physical_cores(cpus, sysfs)
+    if len(cores) < 2 or len(cores) % 2:
+        shared = [group for group in cores if len(group) > 1]
+        raise ValueError(f"the {len(cpus)} CPU(s) {_ranges(sorted(cpus))} are {len(cores)} physical core(s)"
+                         + (f" (hardware threads {', '.join(_ranges(group) for group in shared)} share one)"
+                            if shared else "")
+                         + ": they cannot be split into two halves that share no physical core")
+    middle = len(cores) // 2
+    return (sorted(cpu for group in cores[:middle] for cpu in group),
+            sorted(cpu for group in cores[middle:] for cpu in group))
 
 
 def cores_near_gpu(allowed: Sequence[int], gpu_cores: Sequence[Sequence[int] | None], local_rank: int) -> list[int] | None:

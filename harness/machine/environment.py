@@ -23,6 +23,13 @@ _OMPI_PER_RANK = ("OMPI_COMM_WORLD_", "OMPI_FIRST_RANKS", "OMPI_APP_CTX_", "OMPI
                   "OMPI_MCA_pmix", "OMPI_FILE_LOCATION", "OMPI_UNIVERSE_SIZE", "OMPI_ARGV", "OMPI_COMMAND")
 """Open MPI's own per-launch bookkeeping, not settings anybody chose: left out."""
 _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+MASKED = "***"
+"""A secret's value, as the capture writes it."""
+COMPUTE_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "ATEN_", "DNNL_", "ONEDNN_", "PYTORCH_",
+                    "TORCH_", "TF_", "XLA_", "MXNET_", "DALI_", "CUDA_", "NVIDIA_", "MALLOC_", "LD_PRELOAD")
+"""Variables a rank's compute reads (threads, kernels, allocators), beside the communication ones."""
+_PER_ALLOCATION = ("CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "PMIX_")
+"""Set by the batch system or the harness for each job: where it ran, not a setting anybody chose."""
 
 Run = Callable[[Sequence[str]], "str | None"]
 
@@ -45,8 +52,19 @@ def communication_variables(env: Mapping[str, str]) -> dict[str, str]:
         if not name.startswith(COMMUNICATION_PREFIXES) or name.startswith(_OMPI_PER_RANK):
             continue
         secret = any(word in name.upper() for word in _SECRET_WORDS)
-        chosen[name] = "***" if secret else env[name]
+        chosen[name] = MASKED if secret else env[name]
     return chosen
+
+
+def rank_settings(env: Mapping[str, str], table: Mapping[str, str]) -> dict[str, str]:
+    """The settings a cell's ranks run with, as a baseline records them to be rebuilt: the variables
+    of the shell they inherit that steer their communication or compute (secrets masked, per-job
+    bookkeeping left out), with the launch environment ``table`` (``--launch-env``) over them."""
+    prefixes = COMMUNICATION_PREFIXES + COMPUTE_PREFIXES
+    inherited = {name: value for name, value in env.items()
+                 if name.startswith(prefixes) and not name.startswith(_OMPI_PER_RANK + _PER_ALLOCATION)}
+    return {name: MASKED if any(word in name.upper() for word in _SECRET_WORDS) else value
+            for name, value in sorted({**inherited, **table}.items())}
 
 
 def slurm(env: Mapping[str, str]) -> dict | None:

@@ -7,7 +7,8 @@ A reference is given as parts, each one ``--against`` option:
     git:REF            the project at REF (a commit, branch, tag, ``HEAD~3``): its ``harness`` package,
                        exported once from git into the cache and put first on the ranks' PYTHONPATH
     env:NAME=VALUE     the ranks get NAME=VALUE (over the launch environment, --launch-env)
-    env:NAME           the ranks do not get NAME from the launch environment
+    env:NAME           the ranks do not have NAME: not from the launch environment, and not from the
+                       shell either (the launchers start them with it unset)
     pkg:NAME==VERSION  the ranks run with that version of a distribution, every other one the current
                        (harness.machine.package_sets: built once with uv, kept in the cache)
 
@@ -28,6 +29,7 @@ from typing import Mapping, Sequence
 
 from harness import HARNESS_SOURCE
 from harness.machine import package_sets
+from harness.machine.allocation import RESERVED
 from harness.machine.provenance import distribution_key, installed_packages, package_versions
 
 FORMS = "git:REF, env:NAME=VALUE, env:NAME or pkg:NAME==VERSION"
@@ -46,6 +48,8 @@ class Environment:
     launch_environment: Mapping[str, str]
     """Every variable the ranks get from the suite (the launch environment)."""
     commit: str | None
+    unset: tuple[str, ...] = ()
+    """The variables the ranks must not have (``env:NAME``), even where the shell exports them."""
     packages: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """The distributions at other versions than the current environment's (name -> version)."""
     python: str | None = None
@@ -55,7 +59,8 @@ class Environment:
 
     def to_json(self) -> dict:
         return {"label": self.label, "source": str(self.source), "commit": self.commit,
-                "launch_environment": dict(self.launch_environment), "packages": dict(self.packages),
+                "launch_environment": dict(self.launch_environment), "unset": list(self.unset),
+                "packages": dict(self.packages),
                 "python": self.python, "dependency_problems": list(self.dependency_problems)}
 
 
@@ -68,13 +73,28 @@ def current(launch_environment: Mapping[str, str], repo: Path = HARNESS_SOURCE.p
                        commit=commit_of(repo, "HEAD"))
 
 
+def with_shell_values(parts: Sequence[str], launch_environment: Mapping[str, str],
+                      shell: Mapping[str, str]) -> dict[str, str]:
+    """The current side's launch environment: ``launch_environment`` with each variable an ``env:``
+    part changes that the ``shell`` exports and the table does not set, at the shell's value. The
+    current side's ranks get it named (mpirun passes it on with ``-x``, each rank's record says
+    what it saw) and the difference says what the reference changed, not ``unset -> unset``."""
+    variables = dict(launch_environment)
+    for part in parts:
+        kind, _, value = part.partition(":")
+        name = value.partition("=")[0]
+        if kind == "env" and name in shell and name not in variables and _NAME.match(name):
+            variables[name] = shell[name]
+    return variables
+
+
 def build(parts: Sequence[str], base: Environment, *, repo: Path = HARNESS_SOURCE.parent,
           cache: Path | None = None) -> Environment:
     """The reference ``parts`` describe, built from ``base`` (the current environment)."""
     if not parts:
         raise ReferenceError(f"--against: no reference given; say one of {FORMS}")
     variables = dict(base.launch_environment)
-    source, commit, labels, pins = base.source, base.commit, [], {}
+    source, commit, labels, pins, unset = base.source, base.commit, [], {}, []
     for part in parts:
         kind, _, value = part.partition(":")
         if kind == "git" and value:
@@ -87,11 +107,17 @@ def build(parts: Sequence[str], base: Environment, *, repo: Path = HARNESS_SOURC
             name, has_value, setting = value.partition("=")
             if not _NAME.match(name):
                 raise ReferenceError(f"--against env:{value}: {name!r} is not a variable name")
+            if name in RESERVED:
+                raise ReferenceError(f"--against env:{value}: {name} is set by the harness for each cell and "
+                                     "cannot be changed")
+            if name in unset:
+                unset.remove(name)
             if has_value:
                 variables[name] = setting
                 labels.append(f"{name}={setting}")
             else:
                 variables.pop(name, None)
+                unset.append(name)
                 labels.append(f"without {name}")
         elif kind == "pkg" and value:
             try:
@@ -110,7 +136,7 @@ def build(parts: Sequence[str], base: Environment, *, repo: Path = HARNESS_SOURC
             raise ReferenceError(str(error)) from None
         problems = tuple(package_sets.dependency_problems(python))
     return Environment(label="reference: " + ", ".join(labels), source=source, launch_environment=variables,
-                       commit=commit, packages=pins, python=str(python) if python else None,
+                       commit=commit, unset=tuple(unset), packages=pins, python=str(python) if python else None,
                        dependency_problems=problems)
 
 

@@ -5,8 +5,9 @@
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from harness.rank.faults import Fault
 
@@ -31,6 +32,16 @@ class RankOptions:
     """Keyword arguments of the framework adapter, beyond its registry preset."""
     yardstick: bool = True
     """Time the machine yardstick before and after training (CPU cells)."""
+    core_set: tuple[int, ...] | None = None
+    """The node's cores this launch's ranks take their blocks of ``cores_per_rank`` from, whatever
+    the launcher bound them to: a duet's half of the node (harness.session.duet). None: the cores
+    the rank was started with."""
+    window_gate: str | None = None
+    """A directory where this launch's first rank meets the other launches of a duet before its
+    timed window, so that their windows start together (harness.rank.gate)."""
+    compute_probe: bool = True
+    """Time the compute probe (a private model copy's forward and backward) around the window: the
+    breakdown's reading, which an A/B's or a bisect's figure does not use."""
     fault: Fault | None = None
     data_delay: DataDelay | None = None
     accuracy: Mapping[str, Any] | None = None
@@ -46,16 +57,20 @@ class WorkerSpec:
     """The workload's fields (harness.rank.workload.Workload); None for the accuracy task."""
     output_dir: str
     launch_environment: tuple[str, ...] = ()
-    """The site's launch settings by name, which each rank reports as it sees them."""
+    """The site's launch settings by name, and those a reference unsets (``--against env:NAME``),
+    which each rank reports as it sees them (None: unset)."""
     options: RankOptions = RankOptions()
     silent_dump_s: float | None = None
     """Seconds without progress after which a rank dumps its threads' stacks (harness.rank.stacks)."""
 
-    def to_json(self) -> dict:
-        # Options at their defaults are left out: a worker of an older commit (an A/B's reference)
-        # then reads a spec that uses no option it lacks.
+    def to_json(self, known_options: Collection[str] | None = None) -> dict:
+        """The spec as the worker reads it. Options at their defaults are left out: a worker of an
+        older commit (an A/B's reference) then reads a spec that uses no option it lacks; one it does
+        not know (``known_options``, where given) is left out too, so such a worker runs as it
+        always did (:func:`option_names_of`)."""
         defaults = {field.name: _default(field) for field in dataclasses.fields(self.options)}
-        options = {name: value for name, value in dataclasses.asdict(self.options).items() if value != defaults[name]}
+        options = {name: value for name, value in dataclasses.asdict(self.options).items() if value != defaults[name]
+                   and (known_options is None or name in known_options)}
         return {"cell": dict(self.cell), "workload": dict(self.workload) if self.workload is not None else None,
                 "output_dir": self.output_dir, "launch_environment": list(self.launch_environment),
                 "silent_dump_s": self.silent_dump_s, **options}
@@ -71,9 +86,22 @@ class WorkerSpec:
             options["fault"] = Fault(**options["fault"])
         if options.get("data_delay") is not None:
             options["data_delay"] = DataDelay(**options["data_delay"])
+        if options.get("core_set") is not None:
+            options["core_set"] = tuple(options["core_set"])
         return cls(cell=data["cell"], workload=data.get("workload"), output_dir=data["output_dir"],
                    launch_environment=tuple(data.get("launch_environment", ())), options=RankOptions(**options),
                    silent_dump_s=data.get("silent_dump_s"))
+
+
+def option_names_of(spec_source: str) -> frozenset[str]:
+    """The fields of :class:`RankOptions` as the source of a ``harness/rank/spec.py`` declares them:
+    what another checkout's worker (an A/B's reference, a bisect's commit) accepts."""
+    tree = ast.parse(spec_source)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "RankOptions":
+            return frozenset(statement.target.id for statement in node.body
+                             if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name))
+    return frozenset()
 
 
 def _default(field: dataclasses.Field) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from harness.rank.clocks import CudaEventClock, StepClock
+from harness.rank.layout import flush_denormals
 from harness.rank.loaders import LOADERS
 from harness.rank.models import build_model
 from harness.rank.numerics import Numerics
@@ -25,6 +26,7 @@ class TorchRuntime(RankRuntime):
 
     def set_threads(self, threads: int) -> None:
         torch.set_num_threads(threads)
+        flush_denormals()  # where the launch environment asks (harness.rank.layout)
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)

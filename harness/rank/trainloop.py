@@ -9,7 +9,8 @@ it owns, how much of their time work outside its process tree took (``outside_cp
 step is over by then, and on a GPU the reads overlap its kernels instead of lengthening the step. A :class:`ComputeProbe` times
 forward+backward of a private copy of the model with no communication at all (``compute_probe``),
 before and after the timed window; harness.judging.breakdown splits ``fwd_bwd`` into compute and exposed
-communication with it.
+communication with it. What could set the launch's speed is read over the window
+(``launch_facts``, :mod:`harness.rank.launch_facts`).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterable, Iterator
 
 from harness.rank.clocks import HostClock, StepClock, Sync
 from harness.rank.contention import OutsideWork, RunQueueWait
+from harness.rank.launch_facts import LaunchFacts
 from harness.rank.frameworks.base import LossFn, Trainer
 
 if TYPE_CHECKING:  # the loop itself runs in every runtime, torch's or not
@@ -114,7 +116,7 @@ def run_probes(probe: ComputeProbe, batch, count: int, sync: Sync) -> list[float
 def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
           device: torch.device, progress: ProgressFn, probe: ComputeProbe | None = None,
           probe_steps: int = PROBE_STEPS, own_cores: Collection[int] | None = None,
-          sync: Sync | None = None, clock: StepClock | None = None) -> dict:
+          sync: Sync | None = None, clock: StepClock | None = None, gate: Callable[[], float] | None = None) -> dict:
     """Run ``warmup_steps`` untimed then ``steps`` timed training steps; return this rank's samples.
 
     With a ``probe``, ``probe_steps`` local compute probes run on the last warm-up batch just before
@@ -124,7 +126,8 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
 
     ``own_cores``: the cores this rank owns alone (bound to them), whose time taken by work outside
     its process tree is recorded per step. ``sync`` waits for the device (default: torch's);
-    ``clock`` times the steps (default: a :class:`HostClock` on ``sync``).
+    ``clock`` times the steps (default: a :class:`HostClock` on ``sync``). ``gate``: where this rank
+    waits for another launch before its window (a duet's, :mod:`harness.rank.gate`).
     """
     sync = sync or device_sync(device)
     clock = clock or HostClock(sync)
@@ -145,10 +148,14 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
         if phase == "timed":
             if probe is not None and batch is not None:  # without warm-up, only after the window
                 probes += run_probes(probe, batch, probe_steps, sync)
+            if gate is not None:
+                gate()
             adapter.barrier()  # every rank starts the timed window together
             adapter.window_starts()
             run_queue = RunQueueWait()
             outside_work = OutsideWork(own_cores) if own_cores else None
+            facts = LaunchFacts()
+            window_epoch = time.time()
             window_start = time.perf_counter()
         for index in range(count):
             clock.start()
@@ -170,6 +177,7 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
                     outside.append(outside_work.read())
             data_wait, compute, update = clock.finish()
             if phase == "timed":
+                facts.step()
                 step_times.append(data_wait + compute + update)
                 data_waits.append(data_wait)
                 fwd_bwd.append(compute)
@@ -178,14 +186,17 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
                 images_seen += images.shape[0]
             progress(phase, index + 1, count)
     window = time.perf_counter() - window_start
+    launch_facts = facts.finish()
     samples = {
         "step_times": step_times,
         "data_wait": data_waits,
         "losses": [float(value) for value in losses],
         "images": images_seen,
         "window_s": window,
+        "window_start_epoch": window_epoch,
         "fwd_bwd": fwd_bwd,
         "optimizer": optimizer,
+        "launch_facts": launch_facts,
     }
     if len(cpu_waits) == len(step_times):
         samples["cpu_wait"] = cpu_waits

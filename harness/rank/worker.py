@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from typing import Callable, Iterator
 
 from harness import HARNESS_SOURCE
 from harness.common.jsonio import write_json_atomic
+from harness.rank.layout import apply_at_start
 from harness.rank.numerics import Numerics
 from harness.rank.rankenv import RankInfo, address_toward, read_rank_info
 from harness.rank.spec import WorkerSpec
@@ -88,6 +90,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     from harness.rank.faults import with_fault, with_fault_batches
     from harness.rank.frameworks import FRAMEWORKS, numerics_unsupported, serves
     from harness.rank.frameworks.base import Role
+    from harness.rank.gate import meet
     from harness.rank.packages import tracked_packages
     from harness.rank.runtime import RUNTIMES
     from harness.rank.trainloop import PROBE_STEPS, DelayedBatches, run_probes, train
@@ -101,7 +104,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
     if reason := numerics_unsupported(cell.framework, cell.numerics, gpu=None if serving else device.type == "cuda"):
         raise RuntimeError(f"{cell.id}: {reason}")
     if options.cores_per_rank:
-        cores = bind(rank.local_rank, options.cores_per_rank)
+        cores = bind(rank.local_rank, options.cores_per_rank, within=options.core_set)
     elif device.type == "cuda":
         cores = bind_near_gpu(rank.local_rank, rank.local_world_size)
     else:
@@ -121,10 +124,13 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
         with adapter.scope():
             model, optimizer, loss_fn = runtime.build(adapter, cell.model, workload,
                                                       adapter.training_ranks(rank.world_size), device, cell.numerics)
-        probe = runtime.probe(model, loss_fn, device)  # before the adapter wraps the model
+        role = adapter.role()
+        # The probe's model copy before the adapter wraps the model; a training rank whose figure
+        # does not read it (an A/B's, a bisect's) goes without
+        probe = (runtime.probe(model, loss_fn, device) if options.compute_probe or role is not Role.TRAINS
+                 else None)
         adapter.wrap(model, optimizer, loss_fn)
         progress("setup", 1, 1)
-        role = adapter.role()
         if role is Role.SERVES:
             probe.close()
             samples, loader_settings = adapter.serve(progress, workload.steps), None
@@ -146,9 +152,11 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
                 batches = (DelayedBatches(loader, delay.seconds)
                            if delay and delay.rank in (None, rank.rank) else loader)
                 batches = with_fault_batches(batches, progress)  # a 'slow' fault sleeps inside the timed steps
+                gate = (functools.partial(meet, options.window_gate)
+                        if options.window_gate and rank.rank == 0 else None)
                 samples = train(adapter, batches, warmup_steps=workload.warmup_steps, steps=workload.steps,
                                 device=device, progress=progress, probe=probe, own_cores=cores,
-                                sync=runtime.sync(device), clock=runtime.clock(device))
+                                sync=runtime.sync(device), clock=runtime.clock(device), gate=gate)
             finally:
                 loader.close()
             loader_settings = loader.settings()
@@ -220,6 +228,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
+    apply_at_start(["-m", "harness.rank.worker", *argv[1:]])  # a layout only a new process image can have
     spec = WorkerSpec.from_json(json.loads(Path(argv[1]).read_text()))
     output = Path(spec.output_dir)
     label = f"pid{os.getpid()}"

@@ -251,11 +251,11 @@ def _paired_section(results: Mapping) -> str:
     changed = [*difference.get("commits", []), *(f"{name}: {was} -> {now}" for name, (was, now)
                                                   in (difference.get("launch_environment") or {}).items()),
                *(f"{name} {was} -> {now}" for name, (was, now) in (difference.get("packages") or {}).items())]
-    rows = [["cell", "pairs", "current/reference (95% CI)", "p", "verdict", "stored baseline's verdict", "flags"]]
+    rows = [["cell", "pairs", "current/reference (interval)", "p", "verdict", "stored baseline's verdict", "flags"]]
     for cell in paired:
         ratio = Estimate.from_json(cell.get("ratio"))
         rows.append([cell["cell"], len(cell.get("pairs", [])),
-                     ratio.text(3) if ratio else "-",
+                     f"{ratio.text(3)} {ratio.confidence:.1%}" if ratio else "-",
                      f"{cell['p_value']:.3g}" if cell.get("p_value") is not None else "-", cell["verdict"],
                      (cell.get("stored_baseline") or {}).get("verdict", "-"),
                      "; ".join(cell.get("flags") or []) or cell.get("error") or ""])
@@ -268,8 +268,11 @@ def _paired_section(results: Mapping) -> str:
         pairs += [[index + 1, pair["order"], f"{pair['reference']:.1f}", f"{pair['current']:.1f}",
                    f"{pair['current'] / pair['reference']:.3f}"] for index, pair in enumerate(cell.get("pairs", []))]
         parts += [f"<h3>{html.escape(cell['cell'])}</h3>", _table(pairs)]
-        if cell.get("dropped"):
-            parts.append("<ul>" + "".join(f"<li>dropped: {html.escape(line)}</li>" for line in cell["dropped"]) + "</ul>")
+        notes = ([f"failed: the {failure['side']} side's launch in pair {failure['pair'] + 1}: {failure['error']}"
+                  for failure in cell.get("failures") or []]
+                 + [f"left out: pair {left['pair'] + 1}: {left['why']}" for left in cell.get("left_out") or []])
+        if notes:
+            parts.append("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in notes) + "</ul>")
     return "".join(parts)
 
 

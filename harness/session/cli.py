@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from harness.config.cells import DEFAULT_MATRIX
-from harness.config.options import SuiteOptions
+from harness.config.options import SPENDING_RULES, SuiteOptions
 from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import RunLimits
@@ -149,11 +149,17 @@ OPTIONS = (
     Option("--min-effect", "min_effect", "with --against: smallest relative change in throughput called regressed "
            f"or improved (default: the system's min_effect tunable, else {DEFAULT_TUNABLES.min_effect:g})", float),
     Option("--pairs-budget", "pairs_budget", "with --against: seconds a cell's pairs may take", float),
-    Option("--confirm", "confirm", "confirm a cell judged fail, inconclusive or machine-differs by an A/B (as "
-           "--against) against the environment its baseline was recorded with: a software or a system change "
+    Option("--spending", "spending", "with --against or --confirm: how the looks at the pairs spend the A/B's 5% "
+           f"error ({', '.join(SPENDING_RULES)}: Lan-DeMets spending functions of those types)"),
+    Option("--duet", "duet", "with --against or --confirm: run the two launches of each pair at once, each on "
+           "half of the node's cores (or GPUs), which side gets which half random and balanced; for cells that "
+           "fit in half a node twice", SWITCH),
+    Option("--confirm", "confirm", "confirm a cell judged fail, inconclusive, machine-differs or stale by an A/B "
+           "(as --against) against the environment its baseline was recorded with, rebuilt: a software or a system "
+           "change (system only where the rebuild is exact and reproduces the stored figure's move), else unknown "
            "(the nightly recipe sets it)", SWITCH),
-    Option("--system-changes", "system_changes", "with --confirm: fail or pass a cell whose slowdown the A/B puts "
-           "on the node, not the software"),
+    Option("--system-changes", "system_changes", "with --confirm: fail or pass a cell whose throughput fail the A/B "
+           "puts on the node, not the software"),
 )
 
 TABLE_START = "<!-- options: generated from harness/session/cli.py by `python -m harness.session.cli docs/usage.md`; do not edit -->"

@@ -1,26 +1,45 @@
 """One cell measured as an A/B against a reference environment (``--against``): pairs of launches,
-the reference's and the current one's, back to back on the same nodes, in balanced random order,
-judged by :mod:`harness.judging.paired`. A pair with a failed launch is dropped and the next
-rounds' orders rebalance the rest."""
+the reference's and the current one's, on the same nodes, judged by :mod:`harness.judging.paired`
+at pre-declared looks whose error is spent (:mod:`harness.judging.sequential`).
+
+A pair is two launches back to back in balanced random order, or, in a duet (``--duet``), the two
+at once on the two halves of the node, which side gets which half balanced and random. What each
+launch cost is kept: its wall time and measured window. A failed launch is evidence, not a dropped
+pair: it ends the A/B with an ``error`` that names the side. A pair whose two launches saw outside
+work on their cores (another job, the hypervisor's steal) that differs by more than the minimum
+effect's half is left out, counted and made up for; a step in the node's speed within the session
+that could have made the verdict holds it ``inconclusive``."""
 from __future__ import annotations
 
 import dataclasses
 import random
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Mapping
 
+from harness.judging.confirmation import Conclusion, Rebuild, Split, conclude, figure_now, judged_now
 from harness.judging.kinds import ERROR, PairedKind
-from harness.judging.metrics import parallel_efficiency, summarize, trim_warmup
-from harness.judging.paired import ORDERS, Pair, PairedVerdict, cause_of, judge_pairs, next_orders, pairs_wanted
+from harness.judging.metrics import parallel_efficiency, step_samples, summarize, trim_warmup
+from harness.judging.paired import (ALPHA, DUET_ORDERS, ORDERS, SPENDING_RULE, Pair, PairedVerdict,
+                                    hold, judge_pairs, next_orders, pairs_wanted, sequential_look, speed_steps)
+from harness.judging.stats import Estimate, throughput_point
+from harness.judging.verdicts import Reference
 from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
+from harness.rank.contention import outside_share
 from harness.session.results import to_json
 
 SIDES = ("reference", "current")
 LaunchFn = Callable[[str], CellRun]
 """Launches the cell once in the named side's environment."""
+TogetherFn = Callable[[Mapping[str, int]], dict[str, CellRun]]
+"""A duet: launches both sides at once, each on the half of the node it is given (0 or 1)."""
+HALVES = {DUET_ORDERS[0]: {"reference": 0, "current": 1}, DUET_ORDERS[1]: {"reference": 1, "current": 0}}
+"""Which half each side takes in a duet pair of each arrangement."""
+LEFT_OUT_AT_MOST = 0.5
+"""The A/B stops, its verdict held ``inconclusive``, once more pairs than this share of those
+measured were left out for outside work (and more than two): the node is too busy to compare on."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -31,6 +50,9 @@ class PairSettings:
     min_effect: float
     budget_s: float
     """Seconds a cell's pairs may take; no further round starts that would not fit."""
+    alpha: float = ALPHA
+    rule: str = SPENDING_RULE
+    """How the looks spend ``alpha`` (harness.judging.sequential.RULES)."""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -38,16 +60,30 @@ class PairedResult:
     cell: Cell
     reference: Environment
     pairs: list[Pair] = dataclasses.field(default_factory=list)
-    dropped: list[str] = dataclasses.field(default_factory=list)
-    """Each dropped pair: its order and which side's launch failed, with the error's first line."""
+    looks: list[int] = dataclasses.field(default_factory=list)
+    """The pair counts the verdict was judged at, in order."""
+    duet: bool = False
+    """The pairs' two launches ran at once, on the two halves of the node."""
+    failures: list[dict] = dataclasses.field(default_factory=list)
+    """Each failed launch: its side, the pair's order, its status and the error's first line."""
+    left_out: list[dict] = dataclasses.field(default_factory=list)
+    """Each pair left out: both sides' figures and outside-work shares, and why."""
+    launch_log: list[dict] = dataclasses.field(default_factory=list)
+    """Every launch: its side, pair, status, wall time, measured window and figure."""
     verdict: PairedVerdict | None = None
     efficiency: dict[str, float] | None = None
     """Each side's E_G from its own pairs' throughputs, where the session measured the reference cell."""
     error: str | None = None
-    """Why no verdict could be reached: every launch of a side failed."""
+    """Why the A/B has no verdict to stand on: a launch failed (named by side), or none could be judged."""
     stored_baseline: dict | None = None
     """What the cell's stored baseline says of the current side's launches, pooled (where it has
     one): a figure from another day judging the very launches the pairs judged."""
+    change_p: float = 1.0
+    """The repeated p-value of the change the pairs called (harness.judging.paired.repeated_p_value);
+    1.0 where they called none."""
+    false_discovery: dict | None = None
+    """Where the session compared several cells: whether a change called here stands under the
+    Benjamini-Hochberg control across them (set at the session's end)."""
     launches: int = 0
     wall_s: float = 0.0
     seed: int = 0
@@ -57,32 +93,77 @@ class PairedResult:
 
     @property
     def ok(self) -> bool:
-        return self.verdict is not None
+        return self.verdict is not None and self.error is None
 
     @property
     def verdict_kind(self) -> str:
-        return self.verdict.kind if self.verdict else ERROR
+        if not self.ok:
+            return ERROR
+        if self.false_discovery and not self.false_discovery["stands"]:
+            return PairedKind.INCONCLUSIVE  # a change the control across the session's cells does not let stand
+        return self.verdict.kind
 
     def median(self, side: str) -> float:
         return statistics.median(getattr(pair, side) for pair in self.pairs)
+
+    def failed_launches(self, side: str) -> int:
+        return sum(failure["side"] == side for failure in self.failures)
+
+    def side_times(self, side: str) -> tuple[float, float] | None:
+        """The side's median launch wall time and median measured window (seconds) over its
+        launches that completed; None where none did."""
+        done = [entry for entry in self.launch_log if entry["side"] == side and entry["status"] == "ok"]
+        if not done:
+            return None
+        return (statistics.median(entry["wall_s"] for entry in done),
+                statistics.median(entry["window_s"] for entry in done))
 
     def to_json(self) -> dict:
         verdict = self.verdict
         return {
             "cell": self.cell.id, "reference": self.reference.label, "verdict": self.verdict_kind,
+            "pairs_verdict": verdict.kind if verdict else None,
             "ratio": to_json(verdict.ratio) if verdict else None,
             "p_value": verdict.p_value if verdict else None, "min_effect": verdict.min_effect if verdict else None,
-            "pairs_to_decide": verdict.pairs_to_decide if verdict else None,
+            "look": verdict.look.to_json() if verdict else None, "looks": self.looks,
+            "order_effect": to_json(verdict.order_effect) if verdict and verdict.order_effect else None,
+            "pairs_to_decide": verdict.pairs_to_decide if verdict else None, "duet": self.duet,
             "flags": list(verdict.flags) if verdict else [], "efficiency": self.efficiency,
-            "pairs": [dataclasses.asdict(pair) for pair in self.pairs], "dropped": self.dropped,
+            "pairs": [dataclasses.asdict(pair) for pair in self.pairs],
+            "failures": self.failures, "failed_launches": {side: self.failed_launches(side) for side in SIDES},
+            "left_out": self.left_out, "launch_log": self.launch_log,
+            "side_times": {side: self.side_times(side) for side in SIDES},
             "error": self.error, "launches": self.launches, "wall_s": round(self.wall_s, 3), "seed": self.seed,
-            "stored_baseline": self.stored_baseline, "interrupted": self.interrupted,
+            "stored_baseline": self.stored_baseline, "change_p": self.change_p,
+            "false_discovery": self.false_discovery,
+            "interrupted": self.interrupted,
         }
 
 
 def launch_figure(run: CellRun) -> float:
-    """One launch's throughput: all ranks, warm-up dropped."""
-    return summarize(trim_warmup(run.records)[0]).throughput
+    """One launch's throughput: all ranks, over every timed step. The workload's warm-up steps are
+    untimed on both sides alike; no launch is trimmed further on its own (a trim decided per launch
+    could cut a slower start from one side only)."""
+    return summarize(run.records).throughput
+
+
+WINDOWS = 3
+"""The parts of a launch's timed steps whose figures are kept beside the launch's: whether windows
+of one launch agree more with each other than launches do (harness.report.launches)."""
+
+
+def window_figures(run: CellRun, windows: int = WINDOWS) -> list[float]:
+    """The launch's throughput over each of ``windows`` consecutive parts of its timed steps."""
+    rank_steps, batches = step_samples(run.records)
+    steps = min(len(times) for times in rank_steps)
+    bounds = [round(steps * part / windows) for part in range(windows + 1)]
+    return [throughput_point([times[start:end] for times in rank_steps], batches)
+            for start, end in zip(bounds, bounds[1:]) if end > start]
+
+
+def window_s(run: CellRun) -> float:
+    """The launch's measured window: its slowest rank's timed steps."""
+    return max(sum(record["step_times"]) for record in run.records)
 
 
 class PairsInterrupted(KeyboardInterrupt):
@@ -95,60 +176,159 @@ class PairsInterrupted(KeyboardInterrupt):
         self.result = result
 
 
-def measure_pairs(cell: Cell, reference: Environment, launch: LaunchFn, settings: PairSettings,
-                  seed: int | None = None, on_progress: Callable[[str], None] | None = None) -> PairedResult:
-    """Launch pairs until the verdict is clear, ``settings.most`` pairs are in or the budget would
-    be passed. An interrupt (``KeyboardInterrupt``) ends the pairs: :class:`PairsInterrupted`
-    carries the result, the pairs measured until then judged."""
+LaunchedFn = Callable[[str, CellRun], None]
+"""Told of each launch of a pair as it ends: its side and its run."""
+PairFn = Callable[[str, LaunchedFn], dict[str, CellRun]]
+"""Launches one pair in the arrangement named (an order, or a duet's halves), telling each launch
+as it ends: each side's run, in the order they were launched; a side whose launch was not made is
+absent."""
+
+
+def sequential_pairs(launch: LaunchFn) -> PairFn:
+    """Pairs of launches back to back, the first side as the order says; a failed first launch
+    ends the pair."""
+    def pair(order: str, launched: LaunchedFn) -> dict[str, CellRun]:
+        runs = {}
+        for side in (SIDES if order == ORDERS[0] else SIDES[::-1]):
+            runs[side] = launch(side)
+            launched(side, runs[side])
+            if not runs[side].ok:
+                break
+        return runs
+    return pair
+
+
+def duet_pairs(together: TogetherFn) -> PairFn:
+    """Pairs of launches at once, each side on the half of the node the arrangement gives it."""
+    def pair(arrangement: str, launched: LaunchedFn) -> dict[str, CellRun]:
+        runs = together(HALVES[arrangement])
+        for side, run in runs.items():
+            launched(side, run)
+        return runs
+    return pair
+
+
+def measure_pairs(cell: Cell, reference: Environment, launch: LaunchFn | None, settings: PairSettings,
+                  seed: int | None = None, on_progress: Callable[[str], None] | None = None, *,
+                  together: TogetherFn | None = None, on_pair: Callable[[PairedResult], None] | None = None,
+                  resume: PairedResult | None = None) -> PairedResult:
+    """Launch pairs until a look decides, ``settings.most`` pairs are in or the budget would be
+    passed; stop at the first failed launch. ``together``: a duet instead of ``launch``'s
+    back-to-back pairs. ``on_pair`` is called after every pair (kept, left out or failed);
+    ``resume`` goes on from a result kept earlier (its pairs, looks and launches count). An
+    interrupt (``KeyboardInterrupt``) ends the pairs: :class:`PairsInterrupted` carries the result,
+    the pairs measured until then judged."""
     seed = random.SystemRandom().randrange(2 ** 32) if seed is None else seed
-    result = PairedResult(cell=cell, reference=reference, seed=seed)
-    started = time.monotonic()
+    result = resume or PairedResult(cell=cell, reference=reference, seed=seed, duet=together is not None)
+    pair_of = duet_pairs(together) if together is not None else sequential_pairs(launch)
+    started = time.monotonic() - result.wall_s
     try:
-        _measure_rounds(result, launch, settings, random.Random(seed), started, on_progress)
+        _measure_rounds(result, pair_of, settings, random.Random(seed + len(result.pairs)), started,
+                        on_progress, on_pair or (lambda _: None))
     except KeyboardInterrupt as interrupt:
         result.interrupted = True
-        if len(result.pairs) >= 2:
-            result.verdict = judge_pairs(result.pairs, min_effect=settings.min_effect)
+        if len(result.pairs) > (result.looks[-1] if result.looks else 1):
+            _judge(result, settings)
         raise PairsInterrupted(result) from interrupt
     finally:
         result.wall_s = time.monotonic() - started
     return result
 
 
-def _measure_rounds(result: PairedResult, launch: LaunchFn, settings: PairSettings, rng: random.Random,
-                    started: float, on_progress: Callable[[str], None] | None) -> None:
+def _measure_rounds(result: PairedResult, pair_of: PairFn, settings: PairSettings, rng: random.Random,
+                    started: float, on_progress: Callable[[str], None] | None,
+                    on_pair: Callable[[PairedResult], None]) -> None:
+    arrangements = DUET_ORDERS if result.duet else ORDERS
     while (target := pairs_wanted(len(result.pairs), settings.first, settings.most)) is not None:
-        per_pair = (time.monotonic() - started) / max(1, len(result.pairs) + len(result.dropped))
+        per_pair = (time.monotonic() - started) / max(1, len(result.pairs) + len(result.left_out))
         if result.pairs and per_pair * (target - len(result.pairs)) > settings.budget_s - (time.monotonic() - started):
             break
-        while len(result.pairs) < target:  # a dropped pair is made up for, the orders rebalanced
-            for order in next_orders(target - len(result.pairs), [pair.order for pair in result.pairs], rng):
-                _one_pair(result, order, launch)
-                if len(result.dropped) >= 2 and len(result.dropped) > len(result.pairs):
-                    result.error = (f"{len(result.dropped)} of {len(result.dropped) + len(result.pairs)} pairs "
-                                    f"failed; last: {result.dropped[-1]}")
+        while len(result.pairs) < target:  # a pair left out is made up for, the orders rebalanced
+            kept = [pair.order for pair in result.pairs]
+            for order in next_orders(target - len(result.pairs), kept, rng, arrangements):
+                _one_pair(result, order, pair_of, settings)
+                on_pair(result)
+                if result.error:
+                    if len(result.pairs) > (result.looks[-1] if result.looks else 1):
+                        _judge(result, settings)
                     return
-        if len(result.pairs) >= 2:
-            result.verdict = judge_pairs(result.pairs, min_effect=settings.min_effect)
-            if on_progress:
-                on_progress(f"{result.cell.id}: {result.verdict.kind} after {len(result.pairs)} pairs "
-                            f"({result.verdict.ratio.value:.3f})")
-            if result.verdict.kind != PairedKind.INCONCLUSIVE:
-                return
-
-
-def _one_pair(result: PairedResult, order: str, launch: LaunchFn) -> None:
-    sides = SIDES if order == ORDERS[0] else SIDES[::-1]
-    figures = {}
-    for side in sides:
-        run = launch(side)
-        result.launches += 1
-        if not run.ok:
-            first_line = (run.error or run.status).strip().splitlines()[0]
-            result.dropped.append(f"{order}: the {side} launch {run.status}: {first_line}")
+                if _too_busy(result):
+                    _judge(result, settings)
+                    if result.verdict is None:
+                        result.error = _busy_words(result)
+                    return
+        _judge(result, settings)
+        if on_progress:
+            on_progress(f"{result.cell.id}: {result.verdict.kind} after {len(result.pairs)} pairs "
+                        f"({result.verdict.ratio.value:.3f})")
+        if result.verdict.kind != PairedKind.INCONCLUSIVE:
             return
-        figures[side] = launch_figure(run)
+
+
+def _too_busy(result: PairedResult) -> bool:
+    left_out = len(result.left_out)
+    return left_out > 2 and left_out > LEFT_OUT_AT_MOST * (left_out + len(result.pairs))
+
+
+def _judge(result: PairedResult, settings: PairSettings) -> None:
+    """Judge the pairs at a new look: the error it spends, then what holds its verdict back."""
+    if len(result.pairs) < 2:
+        return
+    if not result.looks or result.looks[-1] < len(result.pairs):
+        result.looks.append(len(result.pairs))
+    look = sequential_look(result.looks, settings.most, settings.alpha, settings.rule)
+    verdict = judge_pairs(result.pairs, min_effect=settings.min_effect, look=look)
+    reasons = speed_steps(result.pairs, verdict, min_effect=settings.min_effect)
+    if _too_busy(result):
+        reasons.append(_busy_words(result))
+    result.verdict = hold(verdict, reasons)
+
+
+def _busy_words(result: PairedResult) -> str:
+    return (f"{len(result.left_out)} of {len(result.left_out) + len(result.pairs)} pairs were left out for outside "
+            "work on their cores: the node is too busy to compare on")
+
+
+def _one_pair(result: PairedResult, order: str, pair_of: PairFn, settings: PairSettings) -> None:
+    index = len(result.pairs) + len(result.left_out) + len(result.failures)
+
+    def launched(side: str, run: CellRun) -> None:
+        result.launches += 1
+        entry = {"pair": index, "side": side, "order": order, "status": run.status, "wall_s": round(run.wall_s, 3)}
+        if run.ok:
+            entry.update(window_s=round(window_s(run), 4), throughput=launch_figure(run),
+                         throughput_as_stored=summarize(trim_warmup(run.records)[0]).throughput,
+                         window_throughputs=window_figures(run), outside_share=outside_share(run.records),
+                         launch_facts=[record.get("launch_facts") for record in run.records])
+        result.launch_log.append(entry)
+
+    runs = pair_of(order, launched)
+    failed = [side for side, run in runs.items() if not run.ok]
+    if failed:
+        side = failed[0]
+        run = runs[side]
+        first_line = (run.error or run.status).strip().splitlines()[0]
+        result.failures.append({"side": side, "order": order, "pair": index, "status": run.status, "error": first_line})
+        other = [s for s in runs if s != side]
+        result.error = (f"the {side} side's launch {_status_words(run.status)} in pair {index + 1} ({order})"
+                        + (f" where the {other[0]}'s completed" if other and runs[other[0]].ok else "")
+                        + f": {first_line}; {result.failed_launches('reference')} of the reference's and "
+                          f"{result.failed_launches('current')} of the current side's launches failed")
+        return
+    figures = {side: launch_figure(run) for side, run in runs.items()}
+    shares = {side: outside_share(run.records) for side, run in runs.items()}
+    if None not in shares.values() and abs(shares["reference"] - shares["current"]) > settings.min_effect / 2:
+        result.left_out.append({"pair": index, "order": order, **figures,
+                                "outside_share": shares,
+                                "why": (f"outside work took {shares['reference']:.1%} of the reference's cores and "
+                                        f"{shares['current']:.1%} of the current side's: a difference beyond half the "
+                                        f"minimum effect ({settings.min_effect / 2:.1%})")})
+        return
     result.pairs.append(Pair(order=order, **figures))
+
+
+def _status_words(status: str) -> str:
+    return {"timeout": "timed out", "hung": "hung", "failed": "failed"}.get(status, status)
 
 
 def side_efficiency(result: PairedResult, reference_result: PairedResult, ranks: int,
@@ -163,28 +343,43 @@ def side_efficiency(result: PairedResult, reference_result: PairedResult, ranks:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Confirmation:
-    """A stored-baseline verdict confirmed by an A/B against the baseline's environment."""
+    """A stored-baseline verdict confirmed by an A/B against the baseline's environment, rebuilt
+    (:mod:`harness.judging.confirmation`)."""
     cause: str
-    """``software`` (the current environment is slower than the baseline's, here and now),
-    ``system`` (both run the same: the node changed) or ``unknown``."""
+    """``software`` (the current environment is slower than the baseline's on this node now),
+    ``system`` (the baseline's environment, rebuilt exactly, runs as the current one does and its own
+    figure on this node now reproduces the stored move) or ``unknown`` (the message says why)."""
     message: str
     paired: PairedResult | None = None
+    split: Split | None = None
+    """The stored move in numbers: the software's part (the A/B's ratio) and the system's."""
+    not_rebuilt: tuple[str, ...] = ()
+    """Each part of the baseline's environment that could not be rebuilt."""
+
+    @classmethod
+    def of(cls, conclusion: Conclusion, rebuild: Rebuild | None = None,
+           paired: PairedResult | None = None) -> Confirmation:
+        return cls(cause=conclusion.cause, message=conclusion.message, paired=paired, split=conclusion.split,
+                   not_rebuilt=rebuild.missing if rebuild else ())
 
     def to_json(self) -> dict:
-        return {"cause": self.cause, "message": self.message,
-                "paired": self.paired.to_json() if self.paired else None}
+        return {"cause": self.cause, "message": self.message, "split": self.split.to_json() if self.split else None,
+                "not_rebuilt": list(self.not_rebuilt), "paired": self.paired.to_json() if self.paired else None}
 
 
-def confirmed_by(paired: PairedResult, difference: str) -> Confirmation:
-    """What an A/B of the current environment against the baseline's says about a cell's verdict."""
-    if paired.verdict is None:
-        return Confirmation(cause="unknown", message=f"the A/B against the baseline's environment failed: {paired.error}",
-                            paired=paired)
-    cause = cause_of(paired.verdict)
-    reading = {"software": "software: the current environment is slower than the baseline's on this node, now",
-               "system": "system: both environments run the same on this node now, so the node is slower or "
-                         "faster than when the baseline was recorded",
-               "unknown": "unknown: the A/B against the baseline's environment is inconclusive"}[cause]
-    return Confirmation(cause=cause, message=f"{reading} ({paired.verdict.message}); changed since the baseline: "
-                                             f"{difference}", paired=paired)
+def confirmed_by(paired: PairedResult, rebuild: Rebuild, *, stored: Estimate, band: Reference,
+                 difference: str = "") -> Confirmation:
+    """What an A/B of the current environment against the baseline's, rebuilt as ``rebuild`` says,
+    makes of a cell's stored move (``stored``: its figure over the baseline's, whose band is
+    ``band``): the reference side's launches are the baseline environment's figure on this node now,
+    each computed as a stored figure is (its warm-up trimmed), not as the pairs' ratio takes it."""
+    verdict = paired.verdict
+    as_stored = [entry["throughput_as_stored"] for entry in paired.launch_log
+                 if entry["side"] == "reference" and entry["status"] == "ok"]
+    now = figure_now(as_stored, band.value) if as_stored else None
+    split = Split.of(stored, verdict.ratio if verdict else None, now,
+                     judged_now(now, band, len(as_stored)) if now else None)
+    error = None if verdict else paired.error or ("interrupted" if paired.interrupted else "no pair was judged")
+    return Confirmation.of(conclude(rebuild, split, verdict=verdict, error=error, difference=difference), rebuild,
+                           paired)
 

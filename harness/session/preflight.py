@@ -104,8 +104,9 @@ def cannot_start_in(reference: Environment, framework: str) -> str | None:
     return None
 
 
-def usable_launcher(name: str, environment: dict, partition: str | None = None) -> Launcher:
-    launcher = LAUNCHERS.create(name, environment=environment, partition=partition)
+def usable_launcher(name: str, environment: dict, partition: str | None = None, unset: tuple[str, ...] = ()
+                    ) -> Launcher:
+    launcher = LAUNCHERS.create(name, environment=environment, unset=unset, partition=partition)
     if partition and not launcher.takes_partition and not os.environ.get("SLURM_JOB_PARTITION"):
         raise SuiteError(f"--partition {partition}: launcher {name} cannot start ranks in a partition; use "
                          "--launcher srun, or run inside an allocation of that partition")
@@ -186,15 +187,17 @@ def reference_cell(cell: Cell, counts: Iterable[int], ps_servers: int) -> Cell:
     return dataclasses.replace(cell, ranks=fewest)
 
 
-def cores_per_rank(options: SuiteOptions, processes: Iterable[int], gpus: bool) -> int | None:
+def cores_per_rank(options: SuiteOptions, processes: Iterable[int], gpus: bool, halves: bool = False) -> int | None:
     """Cores each rank of a CPU cell owns: ``--cores-per-rank``, else the node's cores over the
     most processes a cell of this session puts on one node (``processes``: each runnable cell's
     rank count, its parameter servers included); None for GPU cells (a rank owns its GPU) and where
-    the processes outnumber the cores (then they share them, and say so)."""
+    the processes outnumber the cores (then they share them, and say so). ``halves``: a duet's
+    launch has half the node's cores."""
     if gpus:
         return None
     job = allocation.from_env(os.environ)
     node_cores = min(job.cpus_per_node) if job and job.cpus_per_node else len(os.sched_getaffinity(0))
+    node_cores = node_cores // 2 if halves else node_cores
     largest = max(processes, default=1)
     per_node = math.ceil(largest / (job.nodes if job else 1))
     asked = options.cores_per_rank

@@ -10,36 +10,44 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from harness import HARNESS_SOURCE
 from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import write_json_atomic
 from harness.config.cells import PROFILES, AccuracyCell, AccuracySettings, Profile, accuracy_cells, config_hash
 from harness.config.options import SuiteError, SuiteOptions, check_settings
-from harness.judging.kinds import VerdictKind
+from harness.judging.confirmation import (UNKNOWN, Rebuild, Setting, Split, conclude, judged_now, plan_rebuild,
+                                          rebuilt_code_missing, scaled)
+from harness.judging.kinds import PairedKind, VerdictKind
+from harness.judging.paired import repeated_p_value
 from harness.judging.recording import accuracy_entry, baseline_entries
-from harness.judging.verdicts import judge_accuracy, measured_enough
+from harness.judging.sequential import benjamini_hochberg
+from harness.judging.verdicts import Evidence, config_change, judge_accuracy, measured_enough
 from harness.launch.launchers import LAUNCHERS, Launcher, default_launcher_name
-from harness.launch.runner import CellRun, RunLimits, run_cell
+from harness.launch.runner import CellRun, RunLimits, Together, run_cell, run_cells_together, worker_options
 from harness.machine.allocation import launch_environment
 from harness.machine.environment import capture as capture_environment
+from harness.machine.environment import rank_settings
 from harness.machine import references
-from harness.machine.provenance import installed_packages, provenance
+from harness.machine.provenance import code_hash, environment_id, installed_packages, packages_of, provenance
 from harness.machine.system import detect_system, rank_capacity
 from harness.rank.cell import Cell
 from harness.rank.faults import Fault
-from harness.rank.frameworks import training_ranks
+from harness.rank.frameworks import FRAMEWORKS, training_ranks
 from harness.rank.packages import tracked_packages
+from harness.rank.runtime import interpreter
 from harness.rank.spec import RankOptions
 from harness.rank.workload import Workload
-from harness.session import preflight
+from harness.session import duet, preflight
 from harness.session.evaluation import evaluate
-from harness.session.paired import (Confirmation, PairedResult, PairsInterrupted, PairSettings, confirmed_by,
-                                    measure_pairs, side_efficiency)
+from harness.session.paired import (Confirmation, PairedResult, PairsInterrupted, PairSettings, TogetherFn,
+                                    confirmed_by, measure_pairs, side_efficiency)
 from harness.session.results import AccuracyResult, CellResult, to_json
 from harness.store import environments
 from harness.store.baselines import BaselineError, BaselineFile
@@ -74,6 +82,8 @@ class Prepared:
     environment: dict
     current_environment: references.Environment
     reference: Reference | None
+    duet: duet.DuetPlan | None = None
+    """The node's halves for ``--duet``."""
     run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
@@ -86,6 +96,9 @@ class Suite:
         """Why ``--update-baselines`` could not write the file (e.g. another session held its lock)."""
         self.baselines_kept: list[str] = []
         """Cells ``--update-baselines`` did not record, each with why."""
+        self.package_sets_written: list[Path] = []
+        """The package sets ``--update-baselines`` wrote beside the baseline file, which its entries
+        name: to be committed with it (harness.store.environments)."""
         self.accuracy_results: list[AccuracyResult] = []
         self.paired_results: list[PairedResult] = []
         """Cells measured as an A/B against the reference environment (``--against``)."""
@@ -96,7 +109,9 @@ class Suite:
         check_settings(options)
         self.matrix = preflight.matrix_of(options)
         try:
-            self.launch_environment = launch_environment(options.launch_env, options.launch_env_file, os.environ)
+            self.launch_environment = references.with_shell_values(
+                options.against, launch_environment(options.launch_env, options.launch_env_file, os.environ),
+                os.environ)
         except ValueError as error:
             raise SuiteError(str(error)) from None
 
@@ -172,15 +187,22 @@ class Suite:
             preflight.check_history(options.history_dir / f"{system}.jsonl")
         packages = installed_packages()
         current_environment = references.current(self.launch_environment)
+        duet_plan = self._duet_plan() if options.duet else None
         self.prepared = Prepared(
             system=system, baselines=baselines, launcher=launcher, workload=self._workload(data_dir, tfrecord_dir),
             cores_per_rank=preflight.cores_per_rank(options, preflight.processes(
-                self.cells(), self.ps_servers, self._rank_capacity[0]), self.uses_gpus),
+                self.cells(), self.ps_servers, self._rank_capacity[0]), self.uses_gpus, halves=bool(duet_plan)),
             limits=preflight.run_limits(options), packages=packages,
             provenance=provenance(HARNESS_SOURCE, packages, tracked=tracked_packages()),
             environment=capture_environment(), current_environment=current_environment,
-            reference=self._reference(current_environment) if options.against else None)
+            reference=self._reference(current_environment) if options.against else None, duet=duet_plan)
         return self.prepared
+
+    def _duet_plan(self) -> duet.DuetPlan:
+        try:
+            return duet.plan(self.uses_gpus, self._rank_capacity[0] if self.uses_gpus else 0)
+        except ValueError as error:
+            raise SuiteError(f"--duet: {error}") from None
 
     def _reference(self, current: references.Environment) -> Reference:
         """The reference environment built, and a launcher that gives its ranks its variables."""
@@ -189,7 +211,7 @@ class Suite:
         except references.ReferenceError as error:
             raise SuiteError(str(error)) from None
         return Reference(environment=environment, launcher=preflight.usable_launcher(
-            self.launcher_name, dict(environment.launch_environment), self.options.partition),
+            self.launcher_name, dict(environment.launch_environment), self.options.partition, environment.unset),
             difference=references.difference(environment, current))
 
     # -- measuring -------------------------------------------------------------------------------
@@ -252,46 +274,77 @@ class Suite:
         return result
 
     def confirm(self, result: CellResult, on_progress: Callable[[str], None] | None = None) -> Confirmation:
-        """Confirm a cell's stored-baseline verdict by an A/B against the environment its baseline
-        was recorded with, on this node now: a software or a system change (harness.session.paired)."""
+        """Confirm a cell's stored-baseline verdict (a fail, inconclusive, machine-differs or stale
+        one) by an A/B against the environment its baseline was recorded with, rebuilt, on this node
+        now: ``software``, ``system`` only on positive evidence, else ``unknown`` naming why
+        (harness.judging.confirmation)."""
         ready = self.prepare()
-        recorded = (ready.baselines.entry(result.cell.id) or {}).get("provenance") or {}
+        band = ready.baselines.reference(result.cell.id, "throughput")
         interrupt = None
-        try:
-            reference = self._baseline_environment(recorded, result.stack_changes)
-        except references.ReferenceError as error:
-            confirmation = Confirmation(cause="unknown", message=f"not confirmed by an A/B: {error}")
+        if band is None or result.throughput is None:
+            confirmation = Confirmation(cause=UNKNOWN, message="unknown: the baseline has no throughput figure to "
+                                                               "confirm a move of")
         else:
-            if reference is None:
-                confirmation = Confirmation(
-                    cause="system", message=f"system: the baseline was recorded with this very environment (commit "
-                                            f"{str(recorded['git_commit'])[:10]}, the same packages): the node changed")
+            stored = scaled(result.throughput, 1 / band.value)
+            rebuild, reference = self._baseline_environment(result)
+            if reference is None and rebuild.identical and rebuild.exact:  # the cell's own launches are the
+                launches = max(1, len(result.runs) - result.contended_runs)  # baseline environment's, now
+                split = Split.identical(stored, judged_now(stored, band, launches))
+                confirmation = Confirmation.of(conclude(rebuild, split), rebuild)
+            elif reference is None:
+                confirmation = Confirmation.of(conclude(rebuild, Split.of(stored)), rebuild)
             else:
-                paired, interrupt = self._pairs(result.cell, reference, ready.launcher, on_progress)
-                confirmation = confirmed_by(paired, references.describe_difference(
-                    references.difference(reference, ready.current_environment)))
+                paired, interrupt = self._pairs(result.cell, reference, self._launcher_of(reference), on_progress)
+                confirmation = confirmed_by(paired, rebuild, stored=stored, band=band,
+                                            difference=references.describe_difference(
+                                                references.difference(reference, ready.current_environment)))
         result.confirmation = confirmation.to_json()
         self._keep_results()
         if interrupt:
             raise interrupt
         return confirmation
 
-    def _baseline_environment(self, recorded: dict, stack_changes: list[str]) -> references.Environment | None:
-        """The environment a baseline entry's provenance names, as a reference; None where it is the
-        current one. :class:`references.ReferenceError` where it cannot be built here. A baseline from
-        before full package sets were kept is compared by the tracked software (``stack_changes``)."""
+    def _baseline_environment(self, result: CellResult) -> tuple[Rebuild, references.Environment | None]:
+        """How the environment a cell's baseline entry was recorded with is rebuilt here, and the
+        reference that rebuilds it; None where nothing differs from the current environment that can
+        be rebuilt, or it cannot be built (the rebuild's ``missing`` says which part, and why)."""
         ready = self.prepare()
-        commit = recorded.get("git_commit")
-        if not commit:
-            raise references.ReferenceError("the baseline records no git commit")
-        recorded_packages = environments.load(self.options.baselines_dir, recorded.get("environment") or "")
-        if recorded_packages is None and stack_changes:
-            raise references.ReferenceError(f"its full package set was not kept, and its packages differ "
-                                            f"({', '.join(stack_changes[:4])}{' ...' if len(stack_changes) > 4 else ''})")
-        pins = references.pins_to_rebuild(recorded_packages or {}, ready.packages, references.project_distributions())
-        if not pins and commit == ready.current_environment.commit and not references.uncommitted_changes():
-            return None
-        return references.build([f"git:{commit}", *pins], ready.current_environment)
+        entry = ready.baselines.entry(result.cell.id) or {}
+        recorded = entry.get("provenance") or {}
+        runtime = FRAMEWORKS.entry(result.cell.framework).runtime
+        package_set = recorded.get("rank_environment") or (recorded.get("environment") if runtime == "torch" else None)
+        then = Setting(commit=recorded.get("git_commit"), code=recorded.get("code"), runtime=runtime,
+                       packages=environments.load(self.options.baselines_dir, package_set) if package_set else None,
+                       stack=entry["fingerprint"].get("stack") if entry.get("fingerprint") else None,
+                       launch_environment=recorded.get("launch_environment"), launcher=recorded.get("launcher"))
+        now = Setting(commit=ready.current_environment.commit, committed=not references.uncommitted_changes(),
+                      code=ready.provenance.get("code"), runtime=runtime,
+                      packages=ready.packages if runtime == "torch" else packages_of(interpreter(runtime)),
+                      stack=(result.fingerprint or {}).get("stack"),
+                      launch_environment=rank_settings(os.environ, self.launch_environment),
+                      launcher=result.run.launcher)
+        workload = config_change(entry, Evidence(cell_id=result.cell.id, config_hash=result.config_hash,
+                                                 config=dataclasses.asdict(ready.workload),
+                                                 throughput=result.throughput))
+        rebuild = plan_rebuild(then, now, project=references.project_distributions(), workload_change=workload)
+        if rebuild.commit is None or rebuild.identical:
+            return rebuild, None
+        try:
+            reference = references.build([f"git:{rebuild.commit}", *rebuild.parts], ready.current_environment)
+        except references.ReferenceError as error:
+            return rebuild.with_missing(f"build: {error}"), None
+        if reason := preflight.cannot_start_in(reference, result.cell.framework):
+            return rebuild.with_missing(f"packages: {reason}"), None
+        return rebuild.with_missing(rebuilt_code_missing(then, code_hash(reference.source / "harness"))), reference
+
+    def _launcher_of(self, reference: references.Environment) -> Launcher:
+        """The session's launcher where the reference's ranks get the current launch environment,
+        else one that gives them the reference's."""
+        ready = self.prepare()
+        if reference.launch_environment == ready.current_environment.launch_environment and not reference.unset:
+            return ready.launcher
+        return preflight.usable_launcher(self.launcher_name, dict(reference.launch_environment),
+                                         self.options.partition, reference.unset)
 
     def _stored_verdict(self, cell: Cell, runs: list[CellRun]) -> dict:
         """The stored-baseline verdict of ``runs`` (an A/B's current side), pooled as :meth:`measure`
@@ -323,22 +376,105 @@ class Suite:
             return run
 
         o = self.options
-        min_effect = o.min_effect or ready.baselines.tunables.min_effect
-        settings = PairSettings(first=o.pairs, most=o.max_pairs, min_effect=min_effect, budget_s=o.pairs_budget)
+        settings = self.pair_settings
+        together = None
+        if o.duet:
+            if reason := self._cannot_duet(cell, reference):
+                return PairedResult(cell=cell, reference=reference, duet=True, error=reason), None
+            together = self._duet_launches(cell, sides, on_progress, current_runs)
         try:
-            return measure_pairs(cell, reference, launch, settings, on_progress=on_progress), None
-        except PairsInterrupted as interrupt:
-            return interrupt.result, interrupt
+            result = measure_pairs(cell, reference, launch, settings, on_progress=on_progress, together=together)
+            interrupt = None
+        except PairsInterrupted as interrupted:
+            result, interrupt = interrupted.result, interrupted
+        if result.verdict is not None:
+            result.change_p = repeated_p_value([pair.log_ratio for pair in result.pairs], result.looks, o.max_pairs,
+                                               result.verdict.kind, settings.min_effect, settings.rule)
+        return result, interrupt
+
+    @functools.cached_property
+    def pair_settings(self) -> PairSettings:
+        """How the session's A/Bs measure and judge their pairs."""
+        o = self.options
+        return PairSettings(first=o.pairs, most=o.max_pairs, budget_s=o.pairs_budget, rule=o.spending,
+                            min_effect=o.min_effect or self.prepare().baselines.tunables.min_effect)
+
+    def change_surely_stands(self, result: PairedResult, cells: int) -> bool:
+        """Whether a change the A/B called stands under the false-discovery control whatever the
+        session's other ``cells`` - 1 A/Bs find: its repeated p-value is within the Bonferroni share
+        ``alpha / cells``, which Benjamini-Hochberg never rejects less than."""
+        return result.change_p <= self.pair_settings.alpha / max(1, cells)
+
+    def control_false_discoveries(self, cells: int) -> list[PairedResult]:
+        """Benjamini-Hochberg over the changes the session's A/Bs called, among ``cells`` compared
+        (at least those measured); sets each result's ``false_discovery`` and returns the results
+        whose call does not stand."""
+        judged = [result for result in self.paired_results if result.verdict is not None]
+        cells = max(cells, len(judged))
+        if cells < 2:
+            return []
+        alpha = self.pair_settings.alpha
+        p_values = [result.change_p for result in judged] + [1.0] * (cells - len(judged))
+        stands = benjamini_hochberg(p_values, alpha)
+        held = []
+        for result, stand in zip(judged, stands):
+            called = result.verdict.kind in (PairedKind.REGRESSED, PairedKind.IMPROVED)
+            result.false_discovery = {"procedure": "Benjamini-Hochberg", "rate": alpha, "cells": cells,
+                                      "repeated_p": result.change_p, "stands": stand or not called}
+            if called and not stand:
+                held.append(result)
+        self._keep_results()
+        return held
+
+    def _cannot_duet(self, cell: Cell, reference: references.Environment) -> str | None:
+        """Why ``cell`` cannot be measured in duet pairs against ``reference``, or None."""
+        ready = self.prepare()
+        lacking = duet.worker_lacks(worker_options(reference.source))
+        if lacking:
+            return (f"the {reference.label}'s harness predates duet launches (its ranks do not know "
+                    f"{', '.join(lacking)}): measure it without --duet")
+        return duet.does_not_fit(ready.duet, cell, cell.ranks, ready.cores_per_rank)
+
+    def _duet_launches(self, cell: Cell, sides: dict, on_progress: Callable[[str], None] | None,
+                       current_runs: list[CellRun] | None) -> TogetherFn:
+        """A duet pair's launches: both sides at once, each on the half of the node it is given, their
+        first ranks meeting at a gate of their own before the timed windows."""
+        ready = self.prepare()
+
+        def together(halves: Mapping[str, int]) -> dict[str, CellRun]:
+            self.options.workdir.mkdir(parents=True, exist_ok=True)
+            gate = Path(tempfile.mkdtemp(prefix="duet-gate-", dir=self.options.workdir))
+            try:
+                launches = [Together(cell=cell, workload=ready.workload, workdir=self.options.workdir / side,
+                                     launcher=sides[side][0].with_variables(ready.duet.environment(half)),
+                                     options=dataclasses.replace(self._pair_rank_options(),
+                                                                 core_set=ready.duet.core_set(half),
+                                                                 window_gate=str(gate)),
+                                     source=sides[side][1].source, python=sides[side][1].python,
+                                     on_progress=on_progress)
+                            for side, half in halves.items()]
+                runs = dict(zip(halves, run_cells_together(launches, ready.limits)))
+            finally:
+                shutil.rmtree(gate, ignore_errors=True)
+            if current_runs is not None:
+                current_runs.append(runs["current"])
+            return runs
+        return together
 
     def launch_in(self, cell: Cell, environment: references.Environment, place: str, *,
                   launcher: Launcher | None = None, on_progress: Callable[[str], None] | None = None) -> CellRun:
         """One launch of ``cell`` in ``environment`` (an A/B's side, a bisect's point), its files under
-        the workdir's ``place``. Without the yardstick: the ratios of launches side by side cancel the
-        node's speed, which it would time."""
+        the workdir's ``place`` (:meth:`_pair_rank_options`)."""
         ready = self.prepare()
         return run_cell(cell, ready.workload, launcher or ready.launcher, workdir=self.options.workdir / place,
-                        limits=ready.limits, options=dataclasses.replace(self._rank_options(), yardstick=False),
+                        limits=ready.limits, options=self._pair_rank_options(),
                         on_progress=on_progress, source=environment.source, python=environment.python)
+
+    def _pair_rank_options(self) -> RankOptions:
+        """How an A/B's or a bisect's launches run: without the yardstick (the ratios of launches side
+        by side cancel the node's speed, which it would time) and without the compute probe (its
+        figure reads neither)."""
+        return dataclasses.replace(self._rank_options(), yardstick=False, compute_probe=False)
 
     def _rank_options(self) -> RankOptions:
         ready = self.prepare()
@@ -425,19 +561,32 @@ class Suite:
     def update_baselines(self) -> list[str]:
         """Write the completed cells into the baseline file. A cell measured several times
         (``--repeat``) is stored as the mean of its repeats with a band derived from their spread
-        (:mod:`harness.judging.recording`)."""
+        (:mod:`harness.judging.recording`). Each entry carries what rebuilds its environment for
+        ``--confirm``: the launch environment, and the package sets of torch's environment and of the
+        one its ranks ran in, kept beside the file (those newly written: :attr:`package_sets_written`)."""
         ready = self.prepare()
+        recorded = {**ready.provenance, "launch_environment": rank_settings(os.environ, self.launch_environment)}
+        ran_in = {result.cell.id: packages_of(result.run.records[0]["python"]) for result in self.results
+                  if result.ok and result.run.records and result.run.records[0].get("python")}
         entries, kept = baseline_entries(self.results, config=dataclasses.asdict(ready.workload),
-                                         provenance=ready.provenance, band_floor=self.options.band_floor,
+                                         provenance=recorded, band_floor=self.options.band_floor,
                                          accept_regressions=self.options.accept_regressions,
-                                         widest=self.options.widest_baseline, use_yardstick=self.options.yardstick)
+                                         widest=self.options.widest_baseline, use_yardstick=self.options.yardstick,
+                                         rank_environments={cell: environment_id(packages)
+                                                            for cell, packages in ran_in.items() if packages})
         self.baselines_kept.extend(kept)
-        entries += [accuracy_entry(result, config=dataclasses.asdict(ACCURACY_SETTINGS), provenance=ready.provenance)
+        entries += [accuracy_entry(result, config=dataclasses.asdict(ACCURACY_SETTINGS), provenance=recorded)
                     for result in self.accuracy_results if result.outcome]
         if not entries:
             return []
-        try:
-            environments.keep(self.options.baselines_dir, ready.packages)
+        written = []
+        try:  # before the baselines that name them
+            for packages in [ready.packages, *(packages for packages in ran_in.values() if packages)]:
+                if not environments.path_of(self.options.baselines_dir, environment_id(packages)).is_file():
+                    written.append(environments.keep(self.options.baselines_dir, packages))
         except OSError as error:
             raise BaselineError(f"cannot keep the environment's package set: {error.strerror}: {error.filename}") from None
-        return ready.baselines.update(entries)
+        changes = ready.baselines.update(entries)
+        self.package_sets_written.extend(environments.path_of(self.options.baselines_dir, identity)
+                                         for identity in dict.fromkeys(written))
+        return changes

@@ -7,8 +7,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from harness.judging.paired import (MOST_PAIRS_TOLD, ORDERS, Pair, bimodal, cause_of, drifted, judge_pairs,
-                                    median_interval, next_orders, pairs_to_decide, pairs_wanted, signed_rank_null)
+from harness.judging.paired import (MOST_PAIRS_TOLD, ORDERS, Pair, bimodal, cause_of, drifted, hold, judge_pairs,
+                                    judge_sequentially, median_interval, next_orders, order_effect, pairs_to_decide,
+                                    pairs_wanted, signed_rank_null, speed_steps)
 
 MIN_EFFECT = 0.03
 
@@ -128,3 +129,39 @@ def test_rounds_double_up_to_the_most():
 ])
 def test_a_confirmation_puts_the_change_on_the_software_or_the_system(ratios, cause):
     assert cause_of(judge_pairs(pairs_of(ratios), min_effect=MIN_EFFECT)) == cause
+
+
+def test_a_step_in_the_ratio_holds_a_verdict_one_part_of_the_session_contradicts():
+    rng = np.random.default_rng(4)
+    ratios = [0.85 * math.exp(e) for e in rng.normal(0, 0.01, 14)] + [math.exp(e) for e in rng.normal(0, 0.01, 6)]
+    verdict = judge_pairs(pairs_of(ratios), min_effect=MIN_EFFECT)
+    assert verdict.kind == "regressed"  # the pooled median lies beyond the edge
+    reasons = speed_steps(pairs_of(ratios), verdict, min_effect=MIN_EFFECT)
+    assert any("the ratio stepped from 0.85" in reason for reason in reasons), reasons
+    held = hold(verdict, reasons)
+    assert held.kind == "inconclusive" and held.flags[-1].startswith("regressed held inconclusive: the ratio stepped")
+
+
+def test_a_step_in_the_nodes_speed_that_both_sides_saw_holds_nothing():
+    rng = np.random.default_rng(5)
+    pairs = [Pair(order=ORDERS[i % 2], reference=(100 if i < 10 else 60) * math.exp(rng.normal(0, 0.01)),
+                  current=(85 if i < 10 else 51) * math.exp(rng.normal(0, 0.01))) for i in range(20)]
+    verdict = judge_pairs(pairs, min_effect=MIN_EFFECT)
+    assert verdict.kind == "regressed" and speed_steps(pairs, verdict, min_effect=MIN_EFFECT) == []
+
+
+def test_the_order_effect_is_half_the_difference_between_the_orders():
+    pairs = [Pair(order=ORDERS[i % 2], reference=100.0, current=100.0 * (1.06 if i % 2 == 0 else 1 / 1.06))
+             for i in range(16)]
+    effect = order_effect(pairs)
+    assert effect.value == pytest.approx(1.06, rel=1e-6)
+    assert "order effect: a side launched second runs +6.0%" in judge_pairs(pairs, min_effect=MIN_EFFECT).message
+    assert order_effect(pairs[:4]) is None  # two of each order: too few to say
+
+
+def test_recorded_pairs_judged_again_stop_at_their_first_decision():
+    pairs = pairs_of([0.85, 0.86, 0.84, 0.85, 0.87, 0.83, 0.86, 0.85] * 4)
+    verdict = judge_sequentially(pairs, min_effect=MIN_EFFECT, first=8, most=32)
+    assert verdict.kind == "regressed" and verdict.pairs == 8 and verdict.look.looks == (8,)
+    noisy = pairs_of([0.80, 1.20, 0.90, 1.10, 0.85, 1.15, 0.95, 1.05] * 4)
+    assert judge_sequentially(noisy, min_effect=MIN_EFFECT, first=8, most=32).look.looks == (8, 16, 32)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.judging.recording import baseline_entry, why_not_recorded
+from harness.judging.recording import baseline_entries, baseline_entry, why_not_recorded
 from harness.judging.stats import Estimate, tolerance_from_repeats
 from harness.judging.verdicts import Verdict
 from harness.judging.yardstick import Yardstick
@@ -41,6 +41,21 @@ def test_repeats_give_the_mean_and_a_band_from_their_spread_as_measured():
     assert stored.seconds == pytest.approx(sum(YARDSTICK_S) / len(YARDSTICK_S), rel=1e-4)
     assert stored.noise == pytest.approx(tolerance_from_repeats(YARDSTICK_S, floor_rel=0.0)[1], abs=1e-4)
     assert entry["provenance"] == {"host": "vm", "launcher": "srun", "ranks": 1}
+
+
+def test_an_entry_names_the_package_set_its_ranks_ran_in_beside_what_the_session_recorded():
+    """What rebuilds the environment (harness.judging.confirmation): the session's provenance (commit,
+    code, torch's package set, launch environment) and the package set of the cell's own ranks."""
+    recorded = {"git_commit": "a" * 40, "code": {"harness": "c0de", "figures": "f1g5"}, "environment": "t0rch",
+                "launch_environment": {"OMP_PROC_BIND": "close"}}
+    entry = baseline_entry([measured(68.0, 0.018)], config={}, provenance=recorded, band_floor=0.05,
+                           rank_environment="tf0000")
+    assert entry["provenance"] == {**recorded, "rank_environment": "tf0000", "launcher": "srun", "ranks": 1}
+    entries, _ = baseline_entries([measured(68.0, 0.018)], config={}, provenance=recorded, band_floor=0.05,
+                                  accept_regressions=False, widest=0.1, rank_environments={CELL.id: "t0rch"})
+    assert entries[0]["provenance"]["rank_environment"] == "t0rch"
+    assert "rank_environment" not in baseline_entry([measured(68.0, 0.018)], config={}, provenance=recorded,
+                                                    band_floor=0.05)["provenance"]
 
 
 def test_one_measurement_keeps_the_band_in_the_file_and_leaves_the_noise_unknown():

@@ -33,6 +33,21 @@ def test_torchrun_runs_the_worker_module_with_a_static_rendezvous():
     assert command[-3:] == ["-m", "harness.rank.worker", "/tmp/spec.json"]
 
 
+@pytest.mark.parametrize("name", ["srun", "mpirun", "torchrun"])
+def test_a_variable_a_reference_unsets_is_taken_from_every_launchers_environment(name):
+    """The launcher runs under ``env -u NAME``, and what it lacks its ranks lack: srun passes its
+    environment on (--export=ALL), mpirun's local ranks and torchrun's agent inherit it; mpirun's
+    ``-x`` never names it, even where the launch environment would."""
+    launcher = LAUNCHERS.create(name, environment={"GLOO_SOCKET_IFNAME": "lo"}, unset=("ATEN_CPU_CAPABILITY",),
+                                slurm_env={})
+    command = launcher.command(REQUEST)
+    assert command[:4] == ["env", "-u", "ATEN_CPU_CAPABILITY", "GLOO_SOCKET_IFNAME=lo"]
+    assert "ATEN_CPU_CAPABILITY" not in command[4:]
+    unset_and_exported = LAUNCHERS.create(name, unset=("MASTER_ADDR",), slurm_env={}).command(REQUEST)
+    assert unset_and_exported[:3] == ["env", "-u", "MASTER_ADDR"] and "MASTER_ADDR" not in unset_and_exported[3:]
+    assert LAUNCHERS.create(name, environment={"A": "1"}, unset=("A",), slurm_env={}).unset == ()  # set wins
+
+
 def test_unknown_launcher_lists_the_valid_names():
     with pytest.raises(ValueError, match="unknown launcher 'aprun'; valid names: srun, mpirun, torchrun, horovodrun"):
         LAUNCHERS.create("aprun")

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from harness.machine.binding import cores_for, cores_near_gpu, gpu_local_cores, parse_cpulist
+from harness.machine.binding import cores_for, cores_near_gpu, gpu_local_cores, halves, parse_cpulist, physical_cores
 
 
 def test_each_local_rank_takes_its_own_block_of_the_allowed_cores():
@@ -68,3 +68,35 @@ def test_the_cores_local_to_a_pci_device_come_from_sysfs(tmp_path):
     assert gpu_local_cores(0, 0xC1, 0, sysfs=tmp_path) == [*range(48, 64), *range(176, 192)]
     assert gpu_local_cores(0, 0xC2, 0, sysfs=tmp_path) is None
     assert parse_cpulist("0-2,5") == [0, 1, 2, 5] and parse_cpulist("7") == [7]
+
+
+def _topology(tmp_path, siblings: dict[int, str]):
+    for cpu, listed in siblings.items():
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(listed + "\n")
+    return tmp_path
+
+
+def test_a_duet_halves_the_node_by_whole_physical_cores(tmp_path):
+    sysfs = _topology(tmp_path, {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"})
+    assert physical_cores([0, 1, 2, 3], sysfs) == [[0, 2], [1, 3]]
+    assert halves([0, 1, 2, 3], sysfs) == ([0, 2], [1, 3])
+    assert halves([0, 1], _topology(tmp_path / "plain", {0: "0", 1: "1"})) == ([0], [1])
+
+
+def test_halves_that_would_share_a_physical_core_are_refused(tmp_path):
+    sysfs = _topology(tmp_path, {0: "0-1", 1: "0-1"})
+    with pytest.raises(ValueError, match=r"1 physical core\(s\) \(hardware threads 0-1 share one\)"):
+        halves([0, 1], sysfs)
+    with pytest.raises(ValueError, match="3 physical core"):
+        halves([0, 1, 2], _topology(tmp_path / "odd", {0: "0", 1: "1", 2: "2"}))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_a_rank_binds_within_its_half_whatever_it_was_started_with():
+    allowed = sorted(os.sched_getaffinity(0))
+    code = (f"import os\nos.sched_setaffinity(0, [{allowed[0]}])\n"  # as a launcher that bound it elsewhere
+            "from harness.machine.binding import bind\n"
+            f"print(bind(0, 1, within=[{allowed[1]}]), sorted(os.sched_getaffinity(0)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == f"[{allowed[1]}] [{allowed[1]}]"

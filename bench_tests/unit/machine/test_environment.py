@@ -93,3 +93,14 @@ def test_capture_with_the_real_tools_of_this_machine():
 def test_local_address_is_the_source_address_toward_a_peer():
     assert environment.local_address("127.0.0.1") == "127.0.0.1"
     assert environment.local_address("no-such-host.invalid") is None
+
+
+def test_the_ranks_settings_are_the_shells_that_steer_them_with_the_launch_table_over_them():
+    shell = {"PATH": "/bin", "HOME": "/root", "OMP_PROC_BIND": "close", "NCCL_ALGO": "Ring", "ATEN_CPU_CAPABILITY":
+             "avx2", "CUDA_VISIBLE_DEVICES": "0,1", "MASTER_ADDR": "node1", "MASTER_PORT": "29500",
+             "PMIX_RANK": "0", "OMPI_COMM_WORLD_RANK": "0", "SLURM_JOB_ID": "4711", "NCCL_IB_KEY": "s3cret",
+             "LD_PRELOAD": "/usr/lib/libtcmalloc.so"}
+    settings = environment.rank_settings(shell, {"NCCL_ALGO": "Tree", "UCX_TLS": "rc"})
+    assert settings == {"ATEN_CPU_CAPABILITY": "avx2", "LD_PRELOAD": "/usr/lib/libtcmalloc.so", "NCCL_ALGO": "Tree",
+                        "NCCL_IB_KEY": "***", "OMP_PROC_BIND": "close", "UCX_TLS": "rc"}
+    assert list(settings) == sorted(settings)

@@ -34,10 +34,28 @@ def project(tmp_path):
 def test_variables_set_and_unset_over_the_launch_environment():
     base = references.Environment(label="current", source=REPO, launch_environment={"A": "1", "B": "2"}, commit=None)
     reference = references.build(["env:A=3", "env:B", "env:C=x=y"], base)
-    assert reference.launch_environment == {"A": "3", "C": "x=y"}
+    assert reference.launch_environment == {"A": "3", "C": "x=y"} and reference.unset == ("B",)
     assert reference.source == REPO and reference.label == "reference: A=3, without B, C=x=y"
     assert references.difference(reference, base)["launch_environment"] == {
         "A": ["3", "1"], "B": [None, "2"], "C": ["x=y", None]}
+
+
+def test_a_variable_the_shell_exports_is_unset_for_the_reference_and_named_for_the_current_side():
+    """``env:NAME`` with NAME exported in the shell and not in the launch table: the current side's
+    table carries the shell's value (mpirun forwards it, the ranks' records and the difference name
+    it), and the reference's ranks are started without it."""
+    shell = {"ATEN_CPU_CAPABILITY": "default", "Z": "shell", "PATH": "/bin"}
+    variables = references.with_shell_values(["env:ATEN_CPU_CAPABILITY", "env:Z=1", "git:HEAD", "env:W", "env:A-B"],
+                                             {"Z": "table"}, shell)
+    assert variables == {"Z": "table", "ATEN_CPU_CAPABILITY": "default"}  # the table's own value wins
+    base = references.Environment(label="current", source=REPO, launch_environment=variables, commit=None)
+    reference = references.build(["env:ATEN_CPU_CAPABILITY", "env:W"], base)
+    assert reference.launch_environment == {"Z": "table"} and reference.unset == ("ATEN_CPU_CAPABILITY", "W")
+    assert reference.to_json()["unset"] == ["ATEN_CPU_CAPABILITY", "W"]
+    assert references.describe_difference(references.difference(reference, base)) == \
+        "ATEN_CPU_CAPABILITY: unset -> default"
+    assert references.build(["env:W", "env:W=2"], base).unset == ()  # the later part wins
+    assert references.with_shell_values([], {"A": "1"}, shell) == {"A": "1"}
 
 
 def test_a_git_reference_is_its_commit_exported_once(project, tmp_path):
@@ -63,6 +81,8 @@ def test_a_git_reference_is_its_commit_exported_once(project, tmp_path):
     (["pkg:torch>=2.13"], "--against pkg:torch>=2.13: say pkg:NAME==VERSION"),
     (["env:"], "--against env:: not a reference"),
     (["env:A-B=1"], "--against env:A-B=1: 'A-B' is not a variable name"),
+    (["env:PYTHONPATH"], "--against env:PYTHONPATH: PYTHONPATH is set by the harness for each cell and cannot be "
+                         "changed"),
     ([], "--against: no reference given"),
 ])
 def test_a_reference_that_cannot_be_built_is_one_line_naming_it(project, tmp_path, parts, message):

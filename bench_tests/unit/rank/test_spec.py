@@ -25,3 +25,18 @@ def test_an_unknown_key_or_a_bad_fault_is_refused():
         WorkerSpec.from_json({**data, "core_per_rank": 1})
     with pytest.raises(ValueError, match="unknown fault kind"):
         WorkerSpec.from_json({**data, "fault": {"kind": "melt", "rank": 0}})
+
+
+def test_an_option_another_checkouts_worker_does_not_know_is_left_out_of_its_spec():
+    from pathlib import Path
+
+    from harness.rank import spec as spec_module
+    from harness.rank.spec import option_names_of
+
+    ours = option_names_of(Path(spec_module.__file__).read_text())
+    assert {"compute_probe", "core_set", "window_gate", "yardstick"} <= ours
+    older = ours - {"compute_probe"}
+    spec = WorkerSpec(cell={}, workload=None, output_dir="/tmp/out",
+                      options=RankOptions(compute_probe=False, yardstick=False, core_set=(1,)))
+    assert spec.to_json(older)["yardstick"] is False and "compute_probe" not in spec.to_json(older)
+    assert WorkerSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec

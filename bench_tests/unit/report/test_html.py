@@ -306,10 +306,13 @@ def test_an_a_b_session_reports_its_pairs_and_what_changed(tmp_path):
                                  "ratio": {"value": 0.32, "low": 0.30, "high": 0.35}, "flags": [],
                                  "pairs": [{"order": "reference-first", "reference": 60.0, "current": 20.0},
                                            {"order": "current-first", "reference": 61.0, "current": 19.0}],
-                                 "dropped": ["current-first: the reference launch failed: rank 0: boom"]}]}
+                                 "failures": [{"side": "reference", "pair": 2, "order": "current-first",
+                                               "status": "failed", "error": "rank 0: boom"}],
+                                 "left_out": [{"pair": 1, "why": "outside work took 20% of one side's cores"}]}]}
     text = report.write_report(results, tmp_path).read_text()
     assert "<h2>A/B against the reference: git 0123456789 (HEAD~1)</h2>" in text
     assert "0123456 slower steps; X: None -&gt; 1" in text
-    assert "<td>0.320 [0.300, 0.350]</td><td>0.0312</td><td>regressed</td>" in text
+    assert "<td>0.320 [0.300, 0.350] 95.0%</td><td>0.0312</td><td>regressed</td>" in text
     assert "<td>2</td><td>current-first</td><td>61.0</td><td>19.0</td><td>0.311</td>" in text
-    assert "dropped: current-first: the reference launch failed: rank 0: boom" in text
+    assert "failed: the reference side&#x27;s launch in pair 3: rank 0: boom" in text
+    assert "left out: pair 2: outside work took 20% of one side&#x27;s cores" in text

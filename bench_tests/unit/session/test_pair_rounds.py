@@ -1,6 +1,7 @@
-"""Rounds of pairs on fixed launch outcomes: the rounds double while the verdict is unclear, a pair
-with a failed launch is dropped and made up for, and a side that keeps failing ends the comparison
-with its error. (The launches themselves: bench_tests/plugin/test_against.py.)"""
+"""Rounds of pairs on fixed launch outcomes: the rounds double while the verdict is unclear, each look
+at the level its spending gives, a failed launch ends the comparison with an error naming its side,
+a pair whose launches saw different outside work is left out and made up for, and a duet's halves
+are balanced. (The launches themselves: bench_tests/plugin/test_against.py.)"""
 import itertools
 from pathlib import Path
 
@@ -10,15 +11,19 @@ from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
 from harness.report.tables import paired_rows
-from harness.session.paired import PairSettings, PairsInterrupted, confirmed_by, measure_pairs
+from harness.judging.paired import DUET_ORDERS
+from harness.judging.sequential import look_levels
+from harness.session.paired import PairSettings, PairsInterrupted, measure_pairs
 
 CELL = Cell(framework="ddp", loader="synthetic", model="resnet44", ranks=1)
 REFERENCE = Environment(label="reference: X=1", source=Path("."), launch_environment={"X": "1"}, commit=None)
 SETTINGS = PairSettings(first=8, most=32, min_effect=0.03, budget_s=3600)
 
 
-def launch_of(seconds_per_step, fail=lambda side, n: False):
-    """Launches whose one rank takes ``seconds_per_step(side, n)`` for each of 8 steps of 16 images."""
+def launch_of(seconds_per_step, fail=lambda side, n: False, outside=lambda side, n: None, status="failed"):
+    """Launches whose one rank takes ``seconds_per_step(side, n)`` for each of 8 steps of 16 images;
+    ``outside(side, n)``: the seconds of its core that outside work took in each step (None: not
+    read, the rank owning no core)."""
     count = itertools.count()
 
     def launch(side):
@@ -26,8 +31,10 @@ def launch_of(seconds_per_step, fail=lambda side, n: False):
         step = seconds_per_step(side, n)
         record = {"rank": 0, "step_times": [step] * 8, "images": 128, "window_s": 8 * step, "losses": [1.0] * 8,
                   "data_wait": [0.0] * 8}
+        if (taken := outside(side, n)) is not None:
+            record.update(outside_cpu=[taken] * 8, cores=[0])
         failed = fail(side, n)
-        return CellRun(cell=CELL, launcher="torchrun", command=[], status="failed" if failed else "ok",
+        return CellRun(cell=CELL, launcher="torchrun", command=[], status=status if failed else "ok",
                        records=[] if failed else [record], error="rank 0: boom\ntraceback" if failed else None,
                        wall_s=1.0, log_path=Path("log"), token="t", orphans_killed=[])
     return launch
@@ -46,21 +53,63 @@ def test_an_unclear_answer_gets_more_pairs_up_to_the_most():
     assert len(result.pairs) == 32 and result.verdict.kind == "inconclusive"
 
 
-def test_a_failed_launch_drops_its_pair_and_the_rest_stay_balanced():
+def test_the_first_look_is_judged_at_the_level_its_spending_gives():
+    result = measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2 if side == "reference" else 0.25),
+                           SETTINGS, seed=1)
+    assert result.looks == [8] and result.verdict.look.level == pytest.approx(look_levels([8], 32, 0.05)[0])
+    assert result.verdict.ratio.confidence == pytest.approx(1 - result.verdict.look.level)
+    assert result.to_json()["look"]["rule_name"].startswith("Lan-DeMets alpha spending, Pocock-type")
+
+
+def test_a_failed_launch_ends_the_comparison_with_an_error_that_names_its_side():
     result = measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2 if side == "reference" else 0.25,
-                                                      fail=lambda side, n: n in (3, 6)), SETTINGS, seed=3)
-    assert len(result.dropped) == 2 and len(result.pairs) == 8
-    assert all(": rank 0: boom" in line and "failed" in line for line in result.dropped)
+                                                      fail=lambda side, n: side == "current" and n > 4,
+                                                      status="timeout"), SETTINGS, seed=3)
+    assert not result.ok and result.verdict_kind == "error"
+    assert result.failed_launches("current") == 1 and result.failed_launches("reference") == 0
+    assert "the current side's launch timed out" in result.error and ": rank 0: boom" in result.error
+    assert result.to_json()["failed_launches"] == {"reference": 0, "current": 1}
+    assert len(result.pairs) < 8  # no pair is made up for a failure
+
+
+def test_a_side_that_fails_at_once_ends_the_comparison_with_its_error():
+    result = measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2, fail=lambda side, n: side == "reference"),
+                           SETTINGS, seed=4)
+    assert result.verdict is None and not result.ok and result.launches <= 2
+    assert "the reference side's launch failed in pair 1" in result.error
+
+
+def test_a_pair_whose_launches_saw_different_outside_work_is_left_out_and_made_up_for():
+    busy = {5, 9}  # launches during which another job took 20% of the rank's core
+    result = measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2 if side == "reference" else 0.25,
+                                                      outside=lambda side, n: 0.04 if n in busy else 0.0),
+                           SETTINGS, seed=6)
+    assert len(result.left_out) == 2 and len(result.pairs) == 8 and result.launches == 20
+    assert "outside work took" in result.left_out[0]["why"]
     orders = [pair.order for pair in result.pairs]
     assert orders.count("reference-first") == orders.count("current-first") == 4
 
 
-def test_a_side_that_keeps_failing_ends_the_comparison_with_its_error():
-    result = measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2, fail=lambda side, n: side == "reference"),
-                           SETTINGS, seed=4)
-    assert result.verdict is None and not result.ok and result.launches <= 4
-    assert "the reference launch failed: rank 0: boom" in result.error
-    assert confirmed_by(result, "none").cause == "unknown"
+def test_a_node_too_busy_to_compare_on_holds_the_verdict_inconclusive():
+    result = measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2 if side == "reference" else 0.25,
+                                                      outside=lambda side, n: 0.04 if side == "current" else 0.0),
+                           SETTINGS, seed=7)
+    assert result.verdict is None or result.verdict.kind == "inconclusive"
+    assert len(result.left_out) == 3 and not result.pairs and "too busy to compare on" in result.error
+
+
+def test_duet_pairs_balance_which_side_takes_which_half():
+    launched = []
+
+    def together(halves):
+        launched.append(dict(halves))
+        inner = launch_of(lambda side, n: 0.2 if side == "reference" else 0.25)
+        return {side: inner(side) for side in halves}
+
+    result = measure_pairs(CELL, REFERENCE, None, SETTINGS, seed=8, together=together)
+    assert result.duet and result.verdict.kind == "regressed" and len(launched) == 8
+    assert sorted(halves["reference"] for halves in launched) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert {pair.order for pair in result.pairs} == set(DUET_ORDERS)
 
 
 def test_an_interrupt_keeps_the_pairs_measured_and_judges_them():
@@ -74,7 +123,9 @@ def test_an_interrupt_keeps_the_pairs_measured_and_judges_them():
     assert isinstance(interrupt.value, KeyboardInterrupt)
     result = interrupt.value.result
     assert result.interrupted and len(result.pairs) == 6 and result.launches == 13
-    assert result.verdict.kind == "regressed" and result.to_json()["interrupted"] is True
+    # judged at a look of its own, 6 of up to 32 pairs: too early to spend enough error for a verdict
+    assert result.looks == [6] and result.verdict.pairs == 6 and result.verdict.kind == "inconclusive"
+    assert result.to_json()["interrupted"] is True
 
 
 def test_the_summary_shows_the_stored_baselines_verdict_only_where_a_cell_has_one():

@@ -173,3 +173,21 @@ def test_a_rank_count_fits_where_one_of_its_cells_fits():
     assert preflight.processes(ddp + ps, 1, 2) == [1, 2, 1, 2, 3]
     assert preflight.reference_cell(ps[2], (1, 2, 3), 1) == ps[1]  # a parameter server's 1 rank trains nothing
     assert preflight.reference_cell(ddp[2], (1, 2, 3), 1) == ddp[0]
+
+
+def test_against_env_name_names_the_shells_value_for_the_current_side_and_unsets_it_for_the_reference(
+        monkeypatch):
+    """A variable the shell exports and ``--against env:NAME`` takes away: the current side's launch
+    environment carries it (so mpirun forwards it and the records and the difference name it), the
+    reference's launcher starts its ranks without it."""
+    from harness.machine import references
+    from harness.session.suite import Suite
+
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    monkeypatch.delenv("DLSCALE_ENV_FILE", raising=False)
+    suite = Suite(SuiteOptions(launcher="torchrun", against=("env:ATEN_CPU_CAPABILITY",), launch_env=("A=1",)))
+    assert suite.launch_environment == {"A": "1", "ATEN_CPU_CAPABILITY": "default"}
+    reference = suite._reference(references.current(suite.launch_environment))
+    assert reference.launcher.environment == {"A": "1"} and reference.launcher.unset == ("ATEN_CPU_CAPABILITY",)
+    assert reference.difference["launch_environment"] == {"ATEN_CPU_CAPABILITY": [None, "default"]}
+    assert Suite(SuiteOptions(launcher="torchrun", launch_env=("A=1",))).launch_environment == {"A": "1"}
