@@ -1,8 +1,9 @@
 """``dlscale-bisect`` as a user runs it, on a throwaway project whose history holds one commit that
 makes every training step slower (real work: the step's forward and backward three times) among
 harmless ones: it names that commit and verifies it against its parent through a real launcher,
-and goes on from its state file after its budget cut it short. Bad input is one line, before any
-launch."""
+and goes on from its state file after its budget cut it short. On one where that commit is
+reverted later and a second one slows the step again (by another amount), it names the second as
+the culprit that stayed. Bad input is one line, before any launch."""
 import importlib.metadata
 import json
 import os
@@ -15,12 +16,16 @@ import pytest
 from harness.launch.launchers import LAUNCHERS
 
 from ..components import LAUNCHER_COMPONENTS, needs
-from ..projects import SLOWER_STEP_SUBJECT, git, harmless, slower_step, throwaway_project
+from ..projects import STEP, SLOWER_STEP_SUBJECT, git, harmless, slower_step, step_patch, throwaway_project
 from ..workloads import JUDGED_MODEL, TINY_FLAGS
 
 pytestmark = pytest.mark.launch
 CELL = f"ddp-synthetic-{JUDGED_MODEL}-g1"
-FLAGS = ["--launcher", "mpirun", *TINY_FLAGS, "--rounds", "6", "--verify-pairs", "6", "--seed", "7"]
+FLAGS = ["--launcher", "mpirun", *TINY_FLAGS, "--rounds", "6", "--max-rounds", "8", "--verify-pairs", "6",
+         "--seed", "7"]
+"""Looks at 6 and 8 rounds (and pairs): the fewest whose first look has an interval at its level."""
+TWICE_SUBJECT = "each step does its work twice"
+twice = step_patch(STEP + f"            adapter.forward_backward(images, labels)  # {TWICE_SUBJECT}\n")
 
 
 def bisect(project: Path, *args: str) -> subprocess.CompletedProcess:
@@ -52,15 +57,39 @@ def test_names_the_commit_that_slowed_every_step_and_goes_on_after_its_budget(tm
     result = json.loads((project / "results" / "bisect" / f"{CELL}.json").read_text())
     assert [(c["point"], c["verified"], c["verdict"]) for c in result["culprits"]] == [(culprit, True, "regressed")]
     # one step: the midpoint (the culprit) runs like the bad end, from 6 rounds of 3 launches (4 before
-    # the budget's cut, 2 after; 12 where 6 left the midpoint's sameness to the bad end unsure), then
-    # 6 pairs against the culprit's parent (or 12)
+    # the budget's cut, 2 after; 8 where 6 left the midpoint's sameness to the bad end unsure), then
+    # 6 pairs against the culprit's parent (or 8)
     step, = result["steps"]
     assert (step["mid"], step["placement"], step["placed_by"]) == (culprit, "like-bad", "test")
-    assert len(step["rounds"]) in (6, 12) and len(result["culprits"][0]["pairs"]) in (6, 12)
+    assert len(step["rounds"]) in (6, 8) and len(result["culprits"][0]["pairs"]) in (6, 8)
     assert result["launches"] == 3 * len(step["rounds"]) + 2 * len(result["culprits"][0]["pairs"]) and result["done"]
     evidence = step["evidence"]
     assert evidence["ends"]["kind"] == "regressed" and evidence["ends"]["high"] < 0.8, evidence
     assert evidence["against_good"]["kind"] == "regressed" and evidence["position"] > 0.7, evidence
+
+
+def test_a_regression_fixed_later_then_a_second_one_names_the_second(tmp_path):
+    """The first step's midpoint is the first regression, which runs slower than the bad end: a
+    change went each way, so both halves are searched, where a bisect that took it for the bad end
+    named it alone. The first regression, its revert and the second are each verified; the revert
+    undid the first, and the three account for the range's slowdown."""
+    needs(LAUNCHER_COMPONENTS["mpirun"], LAUNCHERS.create("mpirun").unavailable_reason())
+    project = throwaway_project(tmp_path / "project", [
+        (SLOWER_STEP_SUBJECT, slower_step),
+        ("the steps do their work once again", lambda p: git(p, "revert", "--no-commit", "HEAD")),
+        (TWICE_SUBJECT, twice)])
+    first, revert, second = (git(project, "rev-parse", f"HEAD~{n}") for n in (2, 1, 0))
+    done = bisect(project, CELL, "--good", "HEAD~3", *FLAGS)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    result = json.loads((project / "results" / "bisect" / f"{CELL}.json").read_text())
+    assert [step["placement"] for step in result["steps"]] == ["beyond", "beyond"], output[-3000:]
+    assert [(c["point"], c["verified"], c.get("undone_by")) for c in result["culprits"]] == [
+        (first, True, revert), (second, True, None)], output[-3000:]
+    assert [(f["point"], f["verdict"]) for f in result["fixes"]] == [(revert, "improved")]
+    assert result["accounting"]["holds"], result["accounting"]
+    assert f"culprit {second[:10]} {TWICE_SUBJECT}: verified against {revert[:10]} " in output
+    assert f"; undone later by {revert[:10]} " in output and "the changes found account for the range's: " in output
 
 
 def test_a_good_end_that_is_not_faster_is_said_with_its_evidence(tmp_path):

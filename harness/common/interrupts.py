@@ -116,16 +116,17 @@ class Interrupts:
         elif raise_pending:
             self._raise_pending()
 
-    def pause(self, seconds: float) -> None:
+    def pause(self, seconds: float, until: Callable[[], bool] | None = None) -> None:
         """Sleep with the protection lifted: the one place inside a protected section where a first
-        press (now, or one kept pending) ends what the section was waiting for."""
+        press (now, or one kept pending) ends what the section was waiting for. ``until``: a cheap
+        check that ends the sleep early once true (looked at every :data:`WAKE_S`)."""
         if threading.current_thread() is not threading.main_thread():
-            time.sleep(seconds)  # signals reach the main thread only
+            _sleep(seconds, until)  # signals reach the main thread only
             return
         depth, self._depth = self._depth, 0
         try:
             self._raise_pending()
-            time.sleep(seconds)
+            _sleep(seconds, until)
         finally:
             self._depth = depth
 
@@ -192,3 +193,17 @@ class Interrupts:
 
 
 INTERRUPTS = Interrupts()
+
+
+WAKE_S = 0.02
+"""How often :meth:`Interrupts.pause` looks at its ``until``: a launch that ended is noticed within
+this, not within the runner's half-second round of reading progress files."""
+
+
+def _sleep(seconds: float, until: Callable[[], bool] | None) -> None:
+    if until is None:
+        time.sleep(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while not until() and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(WAKE_S, left))

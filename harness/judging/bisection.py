@@ -13,9 +13,18 @@ good end and against the bad end, each judged as an A/B is. The midpoint is
 - ``between`` where it is slower than the good end and faster than the bad one, both with
   confidence: part of the slowdown came before it and part after, so the range holds two culprits
   and both halves are searched;
+- ``beyond`` where it lies beyond either end with confidence: slower than the bad end, or faster
+  than the good one. A change went each way in the range (a regression, then a fix of it and a second
+  regression of another size; or a fix of an earlier change, then a larger regression), so both halves are
+  searched, each toward its own ends: a range whose first end is the slower is searched for the
+  change that made its last end faster, as a regression's range is for the one that made it slower;
 - ``unclear`` otherwise, which more rounds may settle. Where the most rounds still leave it unclear,
   :func:`lean` places it by where its median effect lies between the ends (in the middle half:
   ``between``), and the step says that it was so placed.
+
+A step judges its three comparisons at each of its looks (8, 16 and 32 rounds by default) and stops
+at the first that places the midpoint, so each look's intervals are repeated intervals whose level
+spends the error across the looks (:func:`harness.judging.paired.sequential_look`), as an A/B's are.
 
 "Surely near" is one side of the interval, not the two that "the same" asks; on a noisy node an
 A/B reaches ``same`` only after many pairs, while the ends of a range differ by the culprit's whole
@@ -25,7 +34,12 @@ the 3% minimum effect) and 1.132 [1.073, 1.273] of the bad end; taking that for 
 have dropped the first culprit's half.
 
 A bisect that misjudges each of its steps with probability e finds the culprit with (1 - e)^steps,
-so each step is held to an A/B's standard, not to one launch per point. Pure functions.
+so each step is held to an A/B's standard, not to one launch per point.
+
+At the end, the changes the bisect verified must account for the range's own change (:func:`account`):
+the product of their ratios against the bad end's ratio to the good end. A regression fixed later
+in the range, then a second one of the same size, leaves no midpoint beyond an end and no gap in
+that product; one of another size leaves both. Pure functions.
 """
 from __future__ import annotations
 
@@ -36,12 +50,17 @@ import random
 import statistics
 from typing import Sequence
 
+from harness.common.jsonio import finite_or_none
 from harness.judging.kinds import PairedKind
-from harness.judging.paired import Pair, PairedVerdict, judge_pairs
+from harness.judging.paired import ALPHA, SPENDING_RULE, Look, Pair, PairedVerdict, judge_pairs, sequential_look
+from harness.judging.stats import Estimate
 
 POINTS = ("good", "mid", "bad")
+"""A range's ends keep their names whichever runs faster: ``good`` is its first point, ``bad`` its last."""
 ORDERS = tuple(",".join(order) for order in itertools.permutations(POINTS))
-LIKE_GOOD, LIKE_BAD, BETWEEN, UNCLEAR = "like-good", "like-bad", "between", "unclear"
+LIKE_GOOD, LIKE_BAD, BETWEEN, BEYOND, UNCLEAR = "like-good", "like-bad", "between", "beyond", "unclear"
+BOTH_HALVES = (BETWEEN, BEYOND)
+"""Placements after which both halves of the range are searched."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,15 +88,20 @@ class Placement:
     """The bad end against the good one: the range's regression, measured in the same rounds."""
     position: float
     """Where the midpoint's median effect lies: 0 at the good end, 1 at the bad end."""
+    look: Look
+    """The look the three comparisons were judged at: their intervals' level."""
 
     @property
     def message(self) -> str:
+        look = self.look
         return (f"mid/good {_ratio(self.against_good)} ({self.against_good.kind}), mid/bad "
                 f"{_ratio(self.against_bad)} ({self.against_bad.kind}), bad/good {_ratio(self.ends)}, "
-                f"position {self.position:.2f} over {self.ends.pairs} rounds")
+                f"position {self.position:.2f} over {self.ends.pairs} rounds ({1 - look.level:.1%} intervals at "
+                f"look {len(look.looks)} of up to {look.most} rounds)")
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "position": self.position, "message": self.message,
+        return {"kind": self.kind, "position": finite_or_none(self.position), "message": self.message,
+                "look": self.look.to_json(),
                 **{name: _verdict_json(getattr(self, name)) for name in ("against_good", "against_bad", "ends")}}
 
 
@@ -86,9 +110,19 @@ def _ratio(verdict: PairedVerdict) -> str:
 
 
 def _verdict_json(verdict: PairedVerdict) -> dict:
-    return {"kind": verdict.kind, "ratio": verdict.ratio.value, "low": verdict.ratio.low,
-            "high": verdict.ratio.high, "p_value": verdict.p_value, "pairs": verdict.pairs,
-            "flags": list(verdict.flags)}
+    """A comparison as a step's evidence keeps it; an interval's missing end is null
+    (:func:`ratio_of` reads it back)."""
+    return {"kind": verdict.kind, "ratio": verdict.ratio.value, "low": finite_or_none(verdict.ratio.low),
+            "high": finite_or_none(verdict.ratio.high), "level": verdict.look.level, "p_value": verdict.p_value,
+            "pairs": verdict.pairs, "flags": list(verdict.flags)}
+
+
+def ratio_of(evidence: dict) -> Estimate:
+    """A ratio with its interval as :meth:`Placement.to_json` or a verification keeps it: ``ratio``,
+    ``low`` and ``high`` (a null end: no interval on that side)."""
+    def end(key: str, missing: float) -> float:
+        return float(evidence[key]) if evidence.get(key) is not None else missing
+    return Estimate(value=float(evidence["ratio"]), low=end("low", -math.inf), high=end("high", math.inf))
 
 
 def pairs_of(rounds: Sequence[Round], reference: str, current: str) -> list[Pair]:
@@ -97,23 +131,43 @@ def pairs_of(rounds: Sequence[Round], reference: str, current: str) -> list[Pair
                  reference=getattr(r, reference), current=getattr(r, current)) for r in rounds]
 
 
-def place(rounds: Sequence[Round], *, min_effect: float) -> Placement:
-    against_good = judge_pairs(pairs_of(rounds, "good", "mid"), min_effect=min_effect)
-    against_bad = judge_pairs(pairs_of(rounds, "bad", "mid"), min_effect=min_effect)
-    ends = judge_pairs(pairs_of(rounds, "good", "bad"), min_effect=min_effect)
-    slower_than_good = against_good.kind == PairedKind.REGRESSED
-    faster_than_bad = against_bad.kind == PairedKind.IMPROVED
+def place(rounds: Sequence[Round], *, min_effect: float, looks: Sequence[int], most: int, alpha: float = ALPHA,
+          rule: str = SPENDING_RULE) -> Placement:
+    """The midpoint's place from ``rounds``, judged at the last of ``looks`` (the round counts the
+    step has judged at, this one's ``len(rounds)``) in a step of at most ``most`` rounds, with the
+    error ``alpha`` spent across the looks by ``rule``.
+
+    The range's direction is its ends': where the bad end runs faster than the good one (a range
+    that a ``beyond`` step left between a slow midpoint and a faster end), "slower" and "faster"
+    below swap, and the step looks for the change that made it faster."""
+    if not looks or looks[-1] != len(rounds):
+        raise ValueError(f"the last look ({list(looks)}) must be the rounds judged ({len(rounds)})")
+    look = sequential_look(looks, most, alpha, rule)
+
+    def judged(reference: str, current: str) -> PairedVerdict:
+        return judge_pairs(pairs_of(rounds, reference, current), min_effect=min_effect, look=look)
+
+    against_good, against_bad, ends = judged("good", "mid"), judged("bad", "mid"), judged("good", "bad")
+    toward, back = (PairedKind.REGRESSED, PairedKind.IMPROVED) if ends.ratio.value <= 1 else \
+        (PairedKind.IMPROVED, PairedKind.REGRESSED)
     margin = sameness_margin(ends, min_effect)
-    if slower_than_good and faster_than_bad:
+    near_good = against_good.ratio.low > 1 - margin if toward == PairedKind.REGRESSED else \
+        against_good.ratio.high < 1 + margin
+    near_bad = against_bad.ratio.high < 1 + margin if toward == PairedKind.REGRESSED else \
+        against_bad.ratio.low > 1 - margin
+    moved, short = against_good.kind == toward, against_bad.kind == back
+    if against_bad.kind == toward or against_good.kind == back:
+        kind = BEYOND
+    elif moved and short:
         kind = BETWEEN
-    elif faster_than_bad and against_good.ratio.low > 1 - margin:
+    elif short and near_good:
         kind = LIKE_GOOD
-    elif slower_than_good and against_bad.ratio.high < 1 + margin:
+    elif moved and near_bad:
         kind = LIKE_BAD
     else:
         kind = UNCLEAR
     return Placement(kind=kind, against_good=against_good, against_bad=against_bad, ends=ends,
-                     position=position(rounds))
+                     position=position(rounds), look=look)
 
 
 SECOND_CULPRIT_SHARE = 3
@@ -128,7 +182,7 @@ def sameness_margin(ends: PairedVerdict, min_effect: float) -> float:
     a large first may be taken for the noise around it. With the
     minimum effect alone, telling a midpoint within 3% of an end took 32 rounds where 8 told which
     end (two culprits of 10% on this VM, docs/measurements.md)."""
-    return max(min_effect, (1 - ends.ratio.value) / SECOND_CULPRIT_SHARE)
+    return max(min_effect, abs(1 - ends.ratio.value) / SECOND_CULPRIT_SHARE)
 
 
 def position(rounds: Sequence[Round]) -> float:
@@ -147,7 +201,8 @@ a second culprit costs the answer."""
 
 def lean(placement: Placement) -> str:
     """An unclear midpoint placed by its position alone: like the end it lies nearer to, or between
-    them where it lies in the middle half (NaN, ends that ran alike: like the bad end)."""
+    them where it lies in the middle half (NaN, ends that ran alike: like the bad end). A position
+    beyond an end leans to that end: ``beyond`` is said only with confidence."""
     if LEAN_BETWEEN[0] <= placement.position <= LEAN_BETWEEN[1]:
         return BETWEEN
     return LIKE_GOOD if placement.position < LEAN_BETWEEN[0] else LIKE_BAD
@@ -169,3 +224,76 @@ def midpoint_candidates(low: int, high: int) -> list[int]:
     be built or run, the next is tried (``git bisect skip``)."""
     middle = (low + high) / 2
     return sorted(range(low + 1, high), key=lambda index: (abs(index - middle), index))
+
+
+def product(ratios: Sequence[Estimate]) -> Estimate:
+    """The product of independent ratios, with an interval whose log half-widths below and above
+    the product are the factors' combined in quadrature.
+
+    The log of a product is the sum of the logs, and the half-width of a sum of independent
+    estimates, each ``z`` standard errors wide, is ``z`` times the root of their summed squared
+    errors: the product's interval keeps about its factors' level. The verifications are separate
+    A/Bs of separate launches, so their errors are independent. The product of the ends instead
+    (every factor at its low end at once) would be the interval that holds where all the factors'
+    intervals hold together, Bonferroni-wide: with three changes it is as wide as their three
+    half-widths added, and would hide a missing change as large as one of them. The signed-rank
+    intervals are not symmetric, so each side is combined on its own. A factor without an interval
+    (too few pairs) leaves the product without one. The product of none is 1, exactly."""
+    value, below, above = 1.0, 0.0, 0.0
+    for ratio in ratios:
+        value *= ratio.value
+        if ratio.too_few_samples:
+            below = above = math.inf
+            continue
+        below += math.log(ratio.value / ratio.low) ** 2
+        above += math.log(ratio.high / ratio.value) ** 2
+    if not ratios:
+        return Estimate(value=1.0, low=1.0, high=1.0)
+    return Estimate(value=value, low=value * math.exp(-math.sqrt(below)) if math.isfinite(below) else -math.inf,
+                    high=value * math.exp(math.sqrt(above)) if math.isfinite(above) else math.inf,
+                    confidence=min(ratio.confidence for ratio in ratios))
+
+
+def _overlap(one: Estimate, other: Estimate) -> bool:
+    return one.low <= other.high and other.low <= one.high
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Accounting:
+    """Whether the changes a bisect verified account for its range's change (:func:`account`)."""
+    found: Estimate
+    """The product of the verified changes' ratios (:func:`product`)."""
+    range: Estimate
+    """The bad end's ratio to the good end, as the range's first step measured it."""
+
+    @property
+    def holds(self) -> bool:
+        return _overlap(self.found, self.range)
+
+    @property
+    def message(self) -> str:
+        if self.holds:
+            return (f"the changes found account for the range's: {self.found.text(3)} against bad/good "
+                    f"{self.range.text(3)}")
+        return (f"the culprits account for {self.found.text(3)} of the range's {self.range.text(3)} (bad/good): "
+                "the range holds a change the bisect did not find (a regression fixed later in the range, then "
+                "another; or a culprit a step passed over)")
+
+    def to_json(self) -> dict:
+        return {"holds": self.holds, "found": self.found.to_json(), "range": self.range.to_json(),
+                "message": self.message}
+
+
+def account(changes: Sequence[Estimate], range_ratio: Estimate) -> Accounting:
+    """The verified changes' ratios (each its verification's current/reference, a fix's above 1)
+    against the range's bad/good: they account for it where the product's interval and the
+    range's overlap. Two intervals that just fail to overlap differ by more than either's error, so
+    the check says a change is missing only where the gap is sure, not where the product merely
+    misses the range's centre."""
+    return Accounting(found=product(changes), range=range_ratio)
+
+
+def undoes(culprit: Estimate, fix: Estimate, min_effect: float) -> bool:
+    """Whether ``fix`` (a later verified change that made the cell faster) undid ``culprit``: their
+    product's interval reaches within the minimum effect of no change."""
+    return _overlap(product([culprit, fix]), Estimate(value=1.0, low=1 - min_effect, high=1 + min_effect))

@@ -70,6 +70,8 @@ class CellRun:
     """The same on the launch's other nodes (launchers that reach them), by node."""
     server_records: list[dict] = dataclasses.field(default_factory=list)
     """The serving ranks' records (parameter servers: ``"role": "server"``)."""
+    started_epoch: float | None = None
+    """When the launcher was started (epoch seconds): the ranks' timelines are read against it."""
 
     @property
     def ok(self) -> bool:
@@ -177,6 +179,7 @@ class _Launch:
     python: str | None
     process: subprocess.Popen | None = None
     started: float = 0.0
+    started_epoch: float = 0.0
     outcome: tuple[str, str | None] | None = None
     """The status and, where the runner stopped it, why; None while it runs."""
     last_beat: float = dataclasses.field(default_factory=time.time)
@@ -218,7 +221,7 @@ def _prepare(cell: Cell | AccuracyCell, workload: Workload | None, launcher: Lau
 
 
 def _spawn(launch: _Launch) -> None:
-    launch.started = time.monotonic()
+    launch.started, launch.started_epoch = time.monotonic(), time.time()
     with open(launch.log_path, "wb") as log:
         launch.process = subprocess.Popen(launch.command, env=launch.env, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
@@ -310,7 +313,8 @@ def _finish(launch: _Launch, limits: RunLimits, orphans: list[int], orphans_else
         problems.append(f"{launch.launcher.name} exited with status {process.returncode}; its last lines:\n"
                         f"{_tail(launch.log_path)}")
     return CellRun(cell=cell, launcher=launch.launcher.name, command=launch.command, status=status, records=records,
-                   error="\n".join(problems) or None, wall_s=wall, log_path=launch.log_path, token=launch.token,
+                   error="\n".join(problems) or None, wall_s=wall, started_epoch=launch.started_epoch,
+                   log_path=launch.log_path, token=launch.token,
                    orphans_killed=orphans, orphans_elsewhere=orphans_elsewhere,
                    server_records=[record for record in everyone if record.get("role") == "server"])
 
@@ -319,7 +323,8 @@ def _watch(launches: list[_Launch], limits: RunLimits, on_progress: list[StatusL
     """Wait for every launch to end, or for its first error report, timeout or silence to outlast
     its limit; each launch's status and, when the runner stopped it, why (``outcome``)."""
     while any(launch.outcome is None for launch in launches):
-        INTERRUPTS.pause(0.5)
+        INTERRUPTS.pause(0.5, until=lambda: any(launch.outcome is None and launch.process.poll() is not None
+                                                for launch in launches))
         for launch, told in zip(launches, on_progress):
             if launch.outcome is None:
                 launch.outcome = _check(launch, limits, told)

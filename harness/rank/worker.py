@@ -30,6 +30,15 @@ from harness.rank.spec import WorkerSpec
 from harness.rank.stacks import StackDumps
 
 
+WORKER_START = time.time()
+"""When this rank's worker module began: the interpreter's start-up lies before it."""
+
+
+def _window_times(samples: dict) -> dict:
+    start = samples.get("window_start_epoch")
+    return {"window_start": start, "window_end": start + samples["window_s"]} if start is not None else {}
+
+
 class ProgressFile:
     """Heartbeat and progress for the runner: rewritten at most every ``interval`` seconds, and at a
     phase's first and last step whatever the interval (a rank that enters its timed steps says so
@@ -130,6 +139,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
         probe = (runtime.probe(model, loss_fn, device) if options.compute_probe or role is not Role.TRAINS
                  else None)
         adapter.wrap(model, optimizer, loss_fn)
+        set_up = time.time()
         progress("setup", 1, 1)
         if role is Role.SERVES:
             probe.close()
@@ -165,6 +175,9 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
         yardstick += run_yardstick()
     return {
         "cell": cell.id,
+        # where the launch's time went: the interpreter and imports before the worker ran, the
+        # framework and model, the warm-up, the window, the teardown (harness.session.paired)
+        "timeline": {"worker_start": WORKER_START, "set_up": set_up, **_window_times(samples), "done": time.time()},
         **dataclasses.asdict(rank),
         "host": socket.gethostname(),
         "addr": address_toward(rank.master_addr, rank.master_port),

@@ -8,7 +8,9 @@ and prints:
 - the spread: each side's per-launch coefficient of variation, the standard deviation of a pair's
   log ratio, how the two launches of a pair correlate, and whether the windows of one launch agree
   more with each other than launches do (the share of the variance that lies between launches);
-- what each launch cost: its wall time against its measured window;
+- what each launch cost: its wall time against its measured window, and where the rest went
+  (the interpreter's start-up, the framework's and model's set-up, the warm-up, the teardown, the
+  launcher's exit);
 - which of the launch facts each rank recorded (:mod:`harness.rank.launch_facts`) separates slow
   launches from fast ones: each numeric fact's rank correlation with the launch's speed relative to
   its side's median (Spearman), and its median among the slower and the faster half.
@@ -120,6 +122,10 @@ def spread_lines(launches: Sequence[Mapping]) -> list[str]:
         correlation = statistics.correlation(*zip(*pairs)) if len({p for p in pairs}) > 2 else math.nan
         lines.append(f"{len(pairs)} pairs: log ratio sd {statistics.stdev(ratios):.4f}, mean {statistics.fmean(ratios):+.4f}; "
                      f"the two launches of a pair correlate at {correlation:.2f}")
+    parts = [entry["spent"] for entry in launches if entry.get("spent")]
+    if parts:
+        lines.append("where a launch's time went (medians): " + ", ".join(
+            f"{name} {statistics.median(part[name] for part in parts):.2f} s" for name in parts[0]))
     share = between_launch_share(launches)
     if share is not None:
         lines.append(f"windows of one launch: {share:.0%} of the windows' variance lies between launches "

@@ -20,8 +20,9 @@ from typing import Callable, Mapping
 from harness.judging.confirmation import Conclusion, Rebuild, Split, conclude, figure_now, judged_now
 from harness.judging.kinds import ERROR, PairedKind
 from harness.judging.metrics import parallel_efficiency, step_samples, summarize, trim_warmup
-from harness.judging.paired import (ALPHA, DUET_ORDERS, ORDERS, SPENDING_RULE, Pair, PairedVerdict,
+from harness.judging.paired import (ALPHA, DUET_ORDERS, ORDERS, SPENDING_RULE, Look, Pair, PairedVerdict,
                                     hold, judge_pairs, next_orders, pairs_wanted, sequential_look, speed_steps)
+from harness.judging.sequential import planned_looks
 from harness.judging.stats import Estimate, throughput_point
 from harness.judging.verdicts import Reference
 from harness.launch.runner import CellRun
@@ -118,6 +119,29 @@ class PairedResult:
         return (statistics.median(entry["wall_s"] for entry in done),
                 statistics.median(entry["window_s"] for entry in done))
 
+    @classmethod
+    def from_json(cls, data: Mapping, cell: Cell, reference: Environment) -> PairedResult:
+        """A result as its :meth:`to_json` kept it, to go on from (``measure_pairs(resume=...)``): its
+        pairs, looks, failures, pairs left out, launch log, launches, time and seed. Its verdict comes
+        back only where it was judged at the pairs kept (its last look is their count);
+        ``interrupted`` does not (the run that goes on from it is not)."""
+        pairs = [Pair(**pair) for pair in data["pairs"]]
+        looks = [int(look) for look in data.get("looks") or []]
+        verdict, ratio, look = None, Estimate.from_json(data.get("ratio")), data.get("look")
+        if data.get("pairs_verdict") and ratio and look and looks[-1:] == [len(pairs)]:
+            verdict = PairedVerdict(
+                kind=PairedKind(data["pairs_verdict"]), ratio=ratio, p_value=float(data["p_value"]), pairs=len(pairs),
+                min_effect=float(data["min_effect"]),
+                look=Look(looks=tuple(look["looks"]), most=int(look["most"]), level=float(look["level"]),
+                          spent=float(look["spent"]), rule=look["rule"], alpha=float(look["alpha"])),
+                order_effect=Estimate.from_json(data.get("order_effect")), flags=tuple(data.get("flags") or ()),
+                pairs_to_decide=data.get("pairs_to_decide"))
+        return cls(cell=cell, reference=reference, pairs=pairs, looks=looks, duet=bool(data.get("duet")),
+                   failures=list(data.get("failures") or []), left_out=list(data.get("left_out") or []),
+                   launch_log=list(data.get("launch_log") or []), verdict=verdict, error=data.get("error"),
+                   launches=int(data.get("launches") or 0), wall_s=float(data.get("wall_s") or 0.0),
+                   seed=int(data["seed"]), change_p=float(data.get("change_p", 1.0)))
+
     def to_json(self) -> dict:
         verdict = self.verdict
         return {
@@ -159,6 +183,23 @@ def window_figures(run: CellRun, windows: int = WINDOWS) -> list[float]:
     bounds = [round(steps * part / windows) for part in range(windows + 1)]
     return [throughput_point([times[start:end] for times in rank_steps], batches)
             for start, end in zip(bounds, bounds[1:]) if end > start]
+
+
+TIMELINE = (("start-up", "worker_start"), ("set-up", "set_up"), ("warm-up", "window_start"),
+            ("window", "window_end"), ("teardown", "done"))
+"""A launch's parts, each ending at the first rank's mark of that name (harness.rank.worker); what
+follows the last is the launcher's exit and the runner noticing it."""
+
+
+def where_time_went(run: CellRun) -> dict[str, float] | None:
+    """Seconds of the launch's wall time in each of :data:`TIMELINE`'s parts, and ``exit``, as rank
+    0 marked them; None where it did not (an older worker)."""
+    timeline = next((record.get("timeline") for record in run.records if record.get("rank") == 0), None)
+    if not timeline or run.started_epoch is None or any(timeline.get(mark) is None for _, mark in TIMELINE):
+        return None
+    marks = [run.started_epoch] + [timeline[mark] for _, mark in TIMELINE]
+    spent = {name: round(end - start, 3) for (name, _), start, end in zip(TIMELINE, marks, marks[1:])}
+    return {**spent, "exit": round(run.started_epoch + run.wall_s - marks[-1], 3)}
 
 
 def window_s(run: CellRun) -> float:
@@ -239,6 +280,11 @@ def _measure_rounds(result: PairedResult, pair_of: PairFn, settings: PairSetting
                     started: float, on_progress: Callable[[str], None] | None,
                     on_pair: Callable[[PairedResult], None]) -> None:
     arrangements = DUET_ORDERS if result.duet else ORDERS
+    if result.pairs and len(result.pairs) in planned_looks(settings.first, settings.most) \
+            and result.looks[-1:] != [len(result.pairs)]:
+        _judge(result, settings)  # a result kept between its look's last pair and its judgement
+        if result.verdict is not None and result.verdict.kind != PairedKind.INCONCLUSIVE:
+            return
     while (target := pairs_wanted(len(result.pairs), settings.first, settings.most)) is not None:
         per_pair = (time.monotonic() - started) / max(1, len(result.pairs) + len(result.left_out))
         if result.pairs and per_pair * (target - len(result.pairs)) > settings.budget_s - (time.monotonic() - started):
@@ -247,6 +293,7 @@ def _measure_rounds(result: PairedResult, pair_of: PairFn, settings: PairSetting
             kept = [pair.order for pair in result.pairs]
             for order in next_orders(target - len(result.pairs), kept, rng, arrangements):
                 _one_pair(result, order, pair_of, settings)
+                result.wall_s = time.monotonic() - started
                 on_pair(result)
                 if result.error:
                     if len(result.pairs) > (result.looks[-1] if result.looks else 1):
@@ -299,6 +346,7 @@ def _one_pair(result: PairedResult, order: str, pair_of: PairFn, settings: PairS
             entry.update(window_s=round(window_s(run), 4), throughput=launch_figure(run),
                          throughput_as_stored=summarize(trim_warmup(run.records)[0]).throughput,
                          window_throughputs=window_figures(run), outside_share=outside_share(run.records),
+                         spent=where_time_went(run),
                          launch_facts=[record.get("launch_facts") for record in run.records])
         result.launch_log.append(entry)
 

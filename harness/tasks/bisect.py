@@ -16,22 +16,30 @@ Each step launches the range's good end, its midpoint and its bad end in rounds,
 within each round, on the same nodes, and places the midpoint by which end it runs like
 (:mod:`harness.judging.bisection`): 8 rounds, then 16 and 32 while that is unclear. A midpoint that
 cannot be built or whose launches fail is skipped for its neighbour (``git bisect skip``); a midpoint
-between the ends with confidence means two culprits, and both halves are searched. At adjacent points
-the culprit is verified by an A/B against its predecessor (:mod:`harness.session.paired`).
+between the ends with confidence means two culprits, and one beyond an end means a change each way
+(a regression fixed later, then another): both halves are searched. At adjacent points the change is
+verified by an A/B against its predecessor (:mod:`harness.session.paired`): a culprit where it made
+the cell slower, a fix where it made it faster. At the end, the changes verified must account for the
+range's own slowdown (:func:`harness.judging.bisection.account`), else the bisect says so.
 
 A commit's ranks run that commit's ``harness`` package (exported from git, as ``--against git:REF``
 does) under the installed packages; a package set's ranks run the current harness with those
 versions installed over the current environment (as ``--against pkg:NAME==VERSION``). The state is
-written after every round: a bisect cut short (Ctrl-C, its budget, the allocation's end) goes on from
-where it stopped when started again with the same arguments. Exit status: 0 every culprit found and
-verified, 1 a culprit not confirmed or a range left unresolved, 2 bad input, 3 the budget spent (the
-state kept).
+written after every round and every verification pair, bound to every setting that changes a launch
+(:func:`launch_settings`): a bisect cut short (Ctrl-C, its budget, the allocation's end) goes on from
+where it stopped when started again with the same settings, and is refused, naming them, under
+others. Exit status: 0 every change found verified and accounting for the range's slowdown, 1 a
+culprit not confirmed, a range left unresolved or a slowdown the changes found do not account for,
+2 bad input, 3 the budget spent (the state kept).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import itertools
 import json
+import math
 import random
 import re
 import sys
@@ -40,22 +48,27 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from harness import HARNESS_SOURCE
-from harness.common.jsonio import write_json_atomic
+from harness.common.jsonio import finite_or_none, write_json_atomic
 from harness.config.options import SuiteError, SuiteOptions
 from harness.judging import bisection
 from harness.judging.kinds import PairedKind
+from harness.judging.paired import ALPHA, SPENDING_RULE
+from harness.judging.sequential import planned_looks
 from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.launch.runner import CellRun
 from harness.machine import references
 from harness.machine.provenance import installed_packages
 from harness.rank.cell import Cell
 from harness.rank.numerics import Numerics
-from harness.session.paired import PairSettings, launch_figure, measure_pairs
+from harness.rank.workload import Workload
+from harness.session.paired import PairedResult, PairsInterrupted, PairSettings, launch_figure, measure_pairs
 from harness.session.suite import Suite
 from harness.tasks.bisect_points import (BisectError, Point, commit_points, package_moves, package_points,
                                          package_sets_of, version_points)
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""2: the state is bound to its launch settings (``binding``), keeps a verification's pairs as they
+come (``verifying``) and the fixes found (``fixes``)."""
 
 
 class BudgetSpent(RuntimeError):
@@ -74,6 +87,9 @@ class Settings:
     min_effect: float | None = None
     """``None``: the system's (:attr:`harness.judging.tunables.Tunables.min_effect`)."""
     verify_pairs: int = _AB_DEFAULTS["pairs"]
+    alpha: float = ALPHA
+    rule: str = SPENDING_RULE
+    """How a step's looks and a verification's spend the error (the suite's ``--spending``)."""
     max_launches: int = 600
     max_seconds: float = 6 * 3600.0
 
@@ -90,25 +106,64 @@ def cell_options(cell_id: str) -> dict:
             "dtypes": numerics.dtype, "channels_last": numerics.channels_last, "compile": numerics.compiled}
 
 
+def launch_settings(*, workload: Workload, launcher: str, cores_per_rank: int | None, device: str, system: str,
+                    launch_environment: Mapping[str, str], packages: Mapping[str, str],
+                    settings: Settings) -> dict[str, object]:
+    """Every setting that changes a bisect's launches or how its rounds and pairs are judged, by
+    names a reader knows: the workload's fields, the launcher, the cores per rank, the device, the
+    system the launches run on, each launch variable, each installed distribution (the base every
+    point's environment is built over), the minimum effect and the looks and error of the steps and
+    verifications. A state is bound to them (:func:`binding`). The budget (``--max-launches``,
+    ``--max-time``) and ``--seed`` are not among them: a resumed bisect may change those."""
+    named: dict[str, object] = {f"workload {name}": value for name, value in dataclasses.asdict(workload).items()}
+    named.update({"launcher": launcher, "cores per rank": cores_per_rank, "device": device, "system": system,
+                  "min effect": settings.min_effect, "rounds": settings.rounds, "max rounds": settings.max_rounds,
+                  "verify pairs": settings.verify_pairs, "alpha": settings.alpha, "spending rule": settings.rule})
+    named.update({f"launch env {name}": value for name, value in sorted(launch_environment.items())})
+    named.update({f"package {name}": version for name, version in sorted(packages.items())})
+    return json.loads(json.dumps(named, default=str))  # as the state file gives them back
+
+
+def binding(cell_id: str, keys: Sequence[str], settings: Mapping[str, object]) -> dict:
+    """What a state file is bound to: a digest of the cell, the points and the launch settings, and
+    the settings themselves, readable, to name those that differ."""
+    text = json.dumps({"cell": cell_id, "points": list(keys), "settings": settings}, sort_keys=True, default=str)
+    return {"digest": hashlib.sha256(text.encode()).hexdigest()[:16], "settings": dict(settings)}
+
+
+_UNSET = object()
+
+
+def setting_differences(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
+    """Each setting that differs, as ``name: old -> new`` (``(none)`` where one side lacks it or has none)."""
+    def shown(value: object) -> str:
+        return "(none)" if value is _UNSET or value is None else str(value)
+    return [f"{name}: {shown(old.get(name, _UNSET))} -> {shown(new.get(name, _UNSET))}"
+            for name in sorted(old.keys() | new.keys()) if old.get(name, _UNSET) != new.get(name, _UNSET)]
+
+
 class Bisect:
-    """One bisect of one cell over ``points`` (good first, bad last), its state in ``state_path``."""
+    """One bisect of one cell over ``points`` (good first, bad last), its state in ``state_path``,
+    bound to the launch ``settings_bound`` (:func:`launch_settings`)."""
 
     def __init__(self, suite: Suite, cell: Cell, repo: Path, points: list[Point], settings: Settings,
-                 state_path: Path, *, seed: int | None = None, say: Callable[[str], None] = print):
+                 state_path: Path, *, settings_bound: Mapping[str, object], seed: int | None = None,
+                 say: Callable[[str], None] = print):
         self.suite, self.cell, self.repo, self.points, self.settings = suite, cell, repo, points, settings
         self.keys = [point.key for point in points]
         self.state_path, self.say = state_path, say
         self.rng = random.Random(seed)
         self.environments: dict[int, references.Environment] = {}
         self.started = time.monotonic()
-        self.state = self._load_state() or {
-            "version": STATE_VERSION, "cell": cell.id, "repo": str(repo), "points": self.keys,
-            "pending": [[0, len(points) - 1]], "current": None, "steps": [], "culprits": [], "unresolved": [],
-            "launches": 0, "spent_s": 0.0, "done": False}
+        bound = binding(cell.id, self.keys, settings_bound)
+        self.state = self._load_state(bound) or {
+            "version": STATE_VERSION, "cell": cell.id, "repo": str(repo), "points": self.keys, "binding": bound,
+            "pending": [[0, len(points) - 1]], "current": None, "verifying": None, "steps": [], "culprits": [],
+            "fixes": [], "unresolved": [], "accounting": None, "launches": 0, "spent_s": 0.0, "done": False}
         self._spent_before = self.state["spent_s"]
 
     # -- state ---------------------------------------------------------------------------------
-    def _load_state(self) -> dict | None:
+    def _load_state(self, bound: dict) -> dict | None:
         if not self.state_path.is_file():
             return None
         try:
@@ -119,6 +174,17 @@ class Bisect:
         if state.get("cell") != self.cell.id or state.get("points") != self.keys:
             raise BisectError(f"the state file {self.state_path} is another bisect's ({state.get('cell')}, "
                               f"{len(state.get('points') or [])} points): name another --state")
+        if state.get("version") != STATE_VERSION:
+            raise BisectError(f"the state file {self.state_path} was written by another version of dlscale-bisect "
+                              f"(state version {state.get('version')}, this one's {STATE_VERSION}), without the "
+                              f"settings it ran under: remove it to start afresh")
+        if state["binding"]["digest"] != bound["digest"]:
+            differ = setting_differences(state["binding"]["settings"], bound["settings"]) or \
+                [f"digest {state['binding']['digest']} -> {bound['digest']}"]
+            more = f"; and {len(differ) - 8} more" if len(differ) > 8 else ""
+            raise BisectError(f"the state file {self.state_path} was written under other settings ("
+                              f"{'; '.join(differ[:8])}{more}): its rounds cannot be mixed with these; run with "
+                              f"its settings to go on, or name another --state to start afresh")
         self.say(f"dlscale-bisect: going on from {self.state_path} ({len(state['steps'])} step(s), "
                  f"{state['launches']} launch(es) done)")
         return state
@@ -148,8 +214,10 @@ class Bisect:
             self.environments[index] = references.build(self.points[index].parts, current, repo=self.repo)
         return self.environments[index]
 
-    def launch(self, index: int) -> CellRun:
-        self._charge(1)
+    def launch(self, index: int, *, charge: bool = True) -> CellRun:
+        """One launch of the point; ``charge=False`` where the round or pair it belongs to was charged."""
+        if charge:
+            self._charge(1)
         place = "bisect-" + re.sub(r"[^\w.=-]", "_", self.keys[index][:40])
         run = self.suite.launch_in(self.cell, self.environment(index), place)
         self.state["launches"] += 1
@@ -161,12 +229,13 @@ class Bisect:
             if self.state["current"] is None:
                 low, high = self.state["pending"][-1]
                 if high - low == 1:
-                    self._verify(high)  # takes the range off the pending ones once the culprit is recorded
+                    self._verify(high)  # takes the range off the pending ones once the change is recorded
                     continue
                 self.state["pending"].pop()
                 self.state["current"] = {"range": [low, high], "candidates": bisection.midpoint_candidates(low, high),
-                                         "skipped": [], "rounds": [], "failed": []}
+                                         "skipped": [], "rounds": [], "looks": [], "failed": []}
             self._step()
+        self._account()
         self.state["done"] = True
         self._save()
         return self.state
@@ -201,13 +270,14 @@ class Bisect:
     def _skip(self, step: dict, why: str) -> None:
         mid = step["candidates"].pop(0)
         step["skipped"].append({"point": self.keys[mid], "why": why})
-        step["rounds"], step["failed"] = [], []
+        step["rounds"], step["looks"], step["failed"] = [], [], []
         self.say(f"  skipped {self.label(mid)}: {why}")
         self._save()
 
     def _rounds(self, step: dict, low: int, mid: int, high: int) -> bisection.Placement | None:
-        """Rounds of the three points until the midpoint's place is clear or the most rounds are in;
-        None where the midpoint's launches failed in most rounds."""
+        """Rounds of the three points until the midpoint's place is clear or the most rounds are in,
+        judged at each look with the error spent across the step's looks; None where the midpoint's
+        launches failed in most rounds."""
         points = {"good": low, "mid": mid, "bad": high}
         first_step = (low, high) == (0, len(self.points) - 1)
         target = self.settings.rounds
@@ -216,7 +286,7 @@ class Bisect:
                 self._charge(len(points))  # a round cut in two would be launched again whole
                 figures, failure = {}, None
                 for point in order.split(","):
-                    run = self.launch(points[point])
+                    run = self.launch(points[point], charge=False)
                     if not run.ok:
                         failure = f"{point} {run.status}: {(run.error or run.status).strip().splitlines()[0]}"
                         break
@@ -232,7 +302,11 @@ class Bisect:
                     step["rounds"].append(bisection.Round(order=order, **figures).to_json())
                 self._save()
             rounds = [bisection.Round(**r) for r in step["rounds"]]
-            placement = bisection.place(rounds, min_effect=self.settings.min_effect)
+            if not step["looks"] or step["looks"][-1] < len(rounds):
+                step["looks"].append(len(rounds))
+            placement = bisection.place(rounds, min_effect=self.settings.min_effect, looks=step["looks"],
+                                        most=self.settings.max_rounds, alpha=self.settings.alpha,
+                                        rule=self.settings.rule)
             ends_clear = not first_step or placement.ends.kind == PairedKind.REGRESSED
             if (placement.kind != bisection.UNCLEAR and ends_clear) or len(rounds) >= self.settings.max_rounds:
                 return placement
@@ -249,43 +323,117 @@ class Bisect:
         kind, placed_by = placement.kind, "test"
         if kind == bisection.UNCLEAR:
             kind, placed_by = bisection.lean(placement), "position"
-        halves = {bisection.LIKE_GOOD: [[mid, high]], bisection.LIKE_BAD: [[low, mid]],
-                  bisection.BETWEEN: [[mid, high], [low, mid]]}[kind]
+        halves = [[mid, high], [low, mid]] if kind in bisection.BOTH_HALVES else \
+            {bisection.LIKE_GOOD: [[mid, high]], bisection.LIKE_BAD: [[low, mid]]}[kind]
         self.state["pending"] += halves
         record = {"range": [self.keys[low], self.keys[high]], "mid": self.keys[mid], "placement": kind,
                   "placed_by": placed_by, "evidence": placement.to_json(), "rounds": step["rounds"],
-                  "failed": step["failed"], "skipped": step["skipped"]}
+                  "looks": step["looks"], "failed": step["failed"], "skipped": step["skipped"]}
         self.state["steps"].append(record)
         self.state["current"] = None
         self._save()
-        two = "; two culprits: searching both halves" if kind == bisection.BETWEEN else ""
+        both = {bisection.BETWEEN: "; two culprits: searching both halves",
+                bisection.BEYOND: "; a change each way in the range: searching both halves"}.get(kind, "")
         low_confidence = " (placed by its position alone: the tests stayed unclear)" if placed_by == "position" else ""
         self.say(f"step {len(self.state['steps'])}: {high - low - 1} point(s) between "
                  f"{self.points[low].short} and {self.points[high].short}; midpoint {self.label(mid)}: {kind}"
-                 f"{low_confidence}{two}\n  {placement.message}; {self.state['launches']} launches so far")
+                 f"{low_confidence}{both}\n  {placement.message}; {self.state['launches']} launches so far")
 
     def _verify(self, culprit: int) -> None:
-        """The culprit against the point before it (its parent commit, the version before), as an A/B of pairs."""
+        """The change at ``culprit`` against the point before it (its parent commit, the version
+        before), as an A/B of pairs: a culprit where it made the cell slower, a fix where faster.
+        Its pairs are kept in the state after every pair, and a resumed bisect goes on from them."""
         parent = culprit - 1
         sides = {"reference": parent, "current": culprit}
-        self._charge(2 * self.settings.verify_pairs)
-        paired = measure_pairs(self.cell, self.environment(parent), lambda side: self.launch(sides[side]),
-                               PairSettings(first=self.settings.verify_pairs, most=self.settings.max_rounds,
-                                            min_effect=self.settings.min_effect,
-                                            budget_s=self.settings.max_seconds - self._spent_s()),
-                               seed=self.rng.randrange(2 ** 32))
-        verified = paired.verdict is not None and paired.verdict.kind == PairedKind.REGRESSED
+        pair_settings = PairSettings(first=self.settings.verify_pairs, most=self.settings.max_rounds,
+                                     min_effect=self.settings.min_effect, alpha=self.settings.alpha,
+                                     rule=self.settings.rule, budget_s=math.inf)  # the bisect's own budget holds
+        kept = self.state["verifying"]
+        resumed = None
+        if kept and kept["point"] == self.keys[culprit] and kept["parent"] == self.keys[parent]:
+            resumed = PairedResult.from_json(kept["result"], self.cell, self.environment(parent))
+            self.say(f"  {self.label(culprit)}: going on from the {len(resumed.pairs)} pair(s) its verification "
+                     f"kept")
+        launched = itertools.count()  # from a pair's start: a resumed result goes on at the next pair
+
+        def launch(side: str) -> CellRun:
+            if next(launched) % 2 == 0:
+                self._charge(2)  # a pair's first launch charges for both: the budget never cuts a pair in two
+            return self.launch(sides[side], charge=False)
+
+        live = [resumed] if resumed else []
+        began = time.monotonic() - (resumed.wall_s if resumed else 0.0)
+
+        def keep(result: PairedResult) -> None:
+            """After every pair (before the look it completes is judged), with the time so far
+            (``measure_pairs`` sets the result's own at its end)."""
+            live[:] = [result]
+            kept = {**result.to_json(), "wall_s": round(time.monotonic() - began, 3)}
+            self.state["verifying"] = {"point": self.keys[culprit], "parent": self.keys[parent], "result": kept}
+            self._save()
+
+        if resumed is None or not resumed.error:
+            self._charge(2 * max(1, self.settings.verify_pairs - (len(resumed.pairs) if resumed else 0)))
+            try:
+                paired = measure_pairs(self.cell, self.environment(parent), launch, pair_settings,
+                                       seed=resumed.seed if resumed else self.rng.randrange(2 ** 32),
+                                       on_pair=keep, resume=resumed)
+            except (PairsInterrupted, BudgetSpent):
+                if live:  # with the looks judged since the last pair: their error is spent
+                    keep(live[0])
+                    planned = planned_looks(pair_settings.first, pair_settings.most)
+                    result = self.state["verifying"]["result"]
+                    result["looks"] = [look for look in result["looks"] if look in planned]  # not an interrupt's
+                    self._save()
+                raise
+        else:
+            paired = resumed  # a failed launch had ended it
+        self._record_change(parent, culprit, paired)
+
+    def _record_change(self, parent: int, culprit: int, paired: PairedResult) -> None:
+        kind = paired.verdict_kind
         evidence = paired.verdict.message if paired.verdict else paired.error
-        if not verified and (parent, culprit) == (0, len(self.points) - 1):
-            raise BisectError(f"the good end is not faster than the bad one: {paired.verdict_kind}, {evidence}")
-        self.state["culprits"].append({"point": self.keys[culprit], "parent": self.keys[parent],
-                                       "label": self.label(culprit),
-                                       "verified": verified, "verdict": paired.verdict_kind, "evidence": evidence,
-                                       "pairs": [dataclasses.asdict(pair) for pair in paired.pairs]})
+        if kind != PairedKind.REGRESSED and (parent, culprit) == (0, len(self.points) - 1):
+            raise BisectError(f"the good end is not faster than the bad one: {kind}, {evidence}")
+        fix = kind == PairedKind.IMPROVED
+        verdict = paired.verdict
+        record = {"point": self.keys[culprit], "parent": self.keys[parent], "label": self.label(culprit),
+                  "verified": kind in (PairedKind.REGRESSED, PairedKind.IMPROVED), "verdict": kind,
+                  "evidence": evidence,
+                  "ratio": {"ratio": verdict.ratio.value, "low": finite_or_none(verdict.ratio.low),
+                            "high": finite_or_none(verdict.ratio.high), "level": verdict.look.level}
+                  if verdict else None,
+                  "pairs": [dataclasses.asdict(pair) for pair in paired.pairs], "looks": paired.looks,
+                  "launches": paired.launches, "wall_s": round(paired.wall_s, 1), "failures": paired.failures,
+                  "left_out": paired.left_out, "seed": paired.seed}
+        (self.state["fixes"] if fix else self.state["culprits"]).append(record)
+        self.state["verifying"] = None
         self.state["pending"].pop()
         self._save()
-        self.say(f"culprit {self.label(culprit)}: {'verified' if verified else 'NOT confirmed'} against "
-                 f"{self.label(parent)}: {paired.verdict_kind}, {evidence}")
+        said = "fix" if fix else "culprit"
+        self.say(f"{said} {self.label(culprit)}: {'verified' if record['verified'] else 'NOT confirmed'} against "
+                 f"{self.label(parent)}: {kind}, {evidence}")
+
+    def _account(self) -> None:
+        """Whether the changes verified account for the range's slowdown, measured as bad/good by its
+        first step's rounds; and which fix undid which culprit. A range of one point has no step: its
+        one verification is the range's change."""
+        whole = [self.keys[0], self.keys[-1]]
+        first = next((step for step in self.state["steps"] if step["range"] == whole), None)
+        culprits = [culprit for culprit in self.state["culprits"] if culprit["verified"]]
+        fixes = [fix for fix in self.state["fixes"] if fix["verified"]]
+        if first is not None:
+            accounting = bisection.account([bisection.ratio_of(change["ratio"]) for change in culprits + fixes],
+                                           bisection.ratio_of(first["evidence"]["ends"]))
+            self.state["accounting"] = accounting.to_json()
+        at = {key: index for index, key in enumerate(self.keys)}
+        for fix in sorted(fixes, key=lambda fix: at[fix["point"]]):
+            undone = [culprit for culprit in culprits if at[culprit["point"]] < at[fix["point"]]
+                      and not culprit.get("undone_by")
+                      and bisection.undoes(bisection.ratio_of(culprit["ratio"]), bisection.ratio_of(fix["ratio"]),
+                                           self.settings.min_effect)]
+            if undone:  # the latest culprit before the fix that it undid
+                max(undone, key=lambda culprit: at[culprit["point"]])["undone_by"] = fix["point"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -334,12 +482,26 @@ def report(states: Sequence[dict]) -> str:
     for state in states:
         lines.append(f"dlscale-bisect {state['cell']}: {len(state['points']) - 1} point(s), {len(state['steps'])} "
                      f"step(s), {state['launches']} launches, {state['spent_s']:.0f} s")
-        for culprit in state["culprits"]:
-            lines.append(f"  culprit {culprit['label']}: "
-                         f"{'verified' if culprit['verified'] else 'not confirmed'} ({culprit['evidence']})")
+        labels = {change["point"]: change["label"] for change in state["culprits"] + state["fixes"]}
+        at = {key: index for index, key in enumerate(state["points"])}
+        changes = [("culprit", change) for change in state["culprits"]] + [("fix", change) for change in state["fixes"]]
+        for said, change in sorted(changes, key=lambda pair: at[pair[1]["point"]]):
+            undone = f"; undone later by {labels[change['undone_by']]}" if change.get("undone_by") else ""
+            lines.append(f"  {said} {change['label']}: {'verified' if change['verified'] else 'not confirmed'} "
+                         f"({change['evidence']}){undone}")
         for left in state["unresolved"]:
             lines.append(f"  unresolved {left['range'][0]}..{left['range'][1]}: {left['why']}")
+        if state.get("accounting"):
+            lines.append(f"  {state['accounting']['message']}")
     return "\n".join(lines)
+
+
+def succeeded(states: Sequence[dict]) -> bool:
+    """Every bisect found a culprit, verified every change it found, left no range unresolved, and
+    the changes found account for its range's slowdown."""
+    return all(state["culprits"] and all(change["verified"] for change in state["culprits"] + state["fixes"])
+               and not state["unresolved"] and (state.get("accounting") or {"holds": True})["holds"]
+               for state in states)
 
 
 def across_packages(start: Callable[[list[Point], Path, Settings], dict], good: Mapping[str, str],
@@ -421,7 +583,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if reason := suite.skip_reason(cell):
             raise BisectError(f"{cell.id} cannot run here: {reason}")
         ready = suite.prepare()
-        settings = dataclasses.replace(settings, min_effect=settings.min_effect or ready.baselines.tunables.min_effect)
+        settings = dataclasses.replace(settings, min_effect=settings.min_effect or ready.baselines.tunables.min_effect,
+                                       alpha=suite.pair_settings.alpha, rule=suite.pair_settings.rule)
 
         def say(line: str) -> None:
             print(line, flush=True)
@@ -429,7 +592,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         def start(points: list[Point], state: Path, budget: Settings) -> dict:
             say(f"dlscale-bisect {cell.id}: {len(points) - 1} point(s) after {points[0].label} up to "
                 f"{points[-1].label}, launcher {ready.launcher.name}")
-            return Bisect(suite, cell, args.repo, points, budget, state, seed=args.seed, say=say).run()
+            bound = launch_settings(workload=ready.workload, launcher=ready.launcher.name,
+                                    cores_per_rank=ready.cores_per_rank, device=args.device, system=ready.system,
+                                    launch_environment=suite.launch_environment, packages=ready.packages,
+                                    settings=budget)
+            return Bisect(suite, cell, args.repo, points, budget, state, settings_bound=bound, seed=args.seed,
+                          say=say).run()
 
         if by_packages:
             states = across_packages(start, good, bad, moves, settings, state_path, say)
@@ -444,13 +612,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     result = states[0] if len(states) == 1 else {
         "cell": cell.id, "phases": states, "culprits": [c for state in states for c in state["culprits"]],
+        "fixes": [f for state in states for f in state["fixes"]],
         "unresolved": [u for state in states for u in state["unresolved"]],
         "launches": sum(state["launches"] for state in states), "spent_s": sum(state["spent_s"] for state in states)}
     write_json_atomic(json_path, result)
     print(report(states))
     print(f"written to {json_path}")
-    verified = result["culprits"] and all(c["verified"] for c in result["culprits"]) and not result["unresolved"]
-    return 0 if verified else 1
+    return 0 if succeeded(states) else 1
 
 
 if __name__ == "__main__":

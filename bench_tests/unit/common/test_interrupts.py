@@ -160,3 +160,13 @@ def test_once_the_session_is_over_presses_are_ignored(controller):
     signal.raise_signal(signal.SIGINT)
     signal.raise_signal(signal.SIGTERM)
     assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN and not controller.interrupted
+
+
+def test_a_pause_ends_as_soon_as_what_it_waits_for_is_done():
+    import time as clock
+
+    from harness.common.interrupts import INTERRUPTS
+
+    started = clock.monotonic()
+    INTERRUPTS.pause(5.0, until=lambda: clock.monotonic() - started > 0.1)
+    assert clock.monotonic() - started < 1.0

@@ -1,13 +1,17 @@
 """Where a bisect step places its midpoint, from fixed rounds: like either end, between them (two
-culprits), or unclear; the rounds' orders; which midpoint is tried next."""
+culprits), beyond one (a change each way), or unclear, at looks whose error is spent; the rounds'
+orders; which midpoint is tried next; whether the changes found account for the range's."""
 import math
 import random
 from collections import Counter
 
 import pytest
 
-from harness.judging.bisection import (BETWEEN, LIKE_BAD, LIKE_GOOD, ORDERS, UNCLEAR, Round, lean,
-                                       midpoint_candidates, pairs_of, place, position, round_orders)
+from harness.judging.bisection import (BETWEEN, BEYOND, LIKE_BAD, LIKE_GOOD, ORDERS, UNCLEAR, Round, account, lean,
+                                       midpoint_candidates, pairs_of, place, position, product, round_orders,
+                                       undoes)
+from harness.judging.sequential import look_levels
+from harness.judging.stats import Estimate
 
 MIN_EFFECT = 0.03
 NOISE = [0.99, 1.01, 1.0, 0.98, 1.02, 1.005, 0.995, 1.0]
@@ -20,17 +24,21 @@ def rounds(mid, bad, jitter=(1.0,) * 8):
             for i, speed in enumerate(NOISE)]
 
 
+def placed(rounds_, **looks):
+    """The placement at one look that spends the whole error (the looks' spending: its own test)."""
+    return place(rounds_, min_effect=MIN_EFFECT, **(looks or {"looks": [len(rounds_)], "most": len(rounds_)}))
+
+
 @pytest.mark.parametrize(("mid", "kind"), [(1.0, LIKE_GOOD), (0.7, LIKE_BAD), (0.85, BETWEEN)])
 def test_a_midpoint_is_placed_by_which_end_it_runs_like(mid, kind):
-    placement = place(rounds(mid=mid, bad=0.7), min_effect=MIN_EFFECT)
+    placement = placed(rounds(mid=mid, bad=0.7))
     assert placement.kind == kind, placement.message
     assert placement.ends.kind == "regressed" and placement.ends.ratio.value == pytest.approx(0.7)
 
 
 def test_a_midpoint_the_noise_hides_is_unclear_and_leans_to_the_nearer_end():
     # ends 6% apart, the midpoint's own launches +-10%: neither comparison is sure
-    placement = place(rounds(mid=0.95, bad=0.94, jitter=[1.1, 0.9, 1.08, 0.92, 1.1, 0.9, 1.05, 0.95]),
-                      min_effect=MIN_EFFECT)
+    placement = placed(rounds(mid=0.95, bad=0.94, jitter=[1.1, 0.9, 1.08, 0.92, 1.1, 0.9, 1.05, 0.95]))
     assert placement.kind == UNCLEAR, placement.message
     expected = BETWEEN if 0.25 <= placement.position <= 0.75 else LIKE_BAD if placement.position > 0.75 else LIKE_GOOD
     assert lean(placement) == expected
@@ -48,15 +56,48 @@ def test_a_midpoint_not_surely_as_fast_as_the_good_end_is_not_like_it():
     bisect dropped the half that held the first culprit."""
     measured = [Round(order=ORDERS[i % 6], good=100.0, mid=100 * mid, bad=100 * bad)
                 for i, (mid, bad) in enumerate(MEASURED_BETWEEN)]
-    placement = place(measured, min_effect=MIN_EFFECT)
+    placement = placed(measured)
     assert placement.against_bad.kind == "improved" and placement.against_good.kind == "inconclusive"
     assert placement.kind == UNCLEAR, placement.message
     assert lean(placement) == BETWEEN  # position 0.48, should the most rounds not settle it
 
 
 def test_two_rounds_never_decide():
-    placement = place(rounds(mid=0.7, bad=0.7)[:2], min_effect=MIN_EFFECT)
+    placement = placed(rounds(mid=0.7, bad=0.7)[:2])
     assert placement.kind == UNCLEAR
+
+
+def test_a_steps_looks_spend_its_error_as_an_ab_does():
+    """A midpoint 6.5% slower than the good end with an interval that clears 3% at one look of 8
+    rounds: at the first of the looks at 8, 16 and 32 rounds the interval is wider (its level spends
+    only part of the error) and the place is not yet clear. The evidence says the level."""
+    mid = [0.88, 0.9, 0.92, 0.93, 0.94, 0.95, 0.975, 0.985]
+    measured = [Round(order=ORDERS[i % 6], good=100.0, mid=100 * ratio, bad=70.0) for i, ratio in enumerate(mid)]
+    assert placed(measured).kind == BETWEEN
+    first = placed(measured, looks=[8], most=32)
+    assert first.kind == UNCLEAR and first.against_good.kind == "inconclusive", first.message
+    assert first.look.level == pytest.approx(look_levels([8], 32, 0.05)[0])
+    assert first.against_good.ratio.confidence == pytest.approx(1 - first.look.level)
+    evidence = first.to_json()
+    assert evidence["look"]["looks"] == [8] and evidence["ends"]["level"] == first.look.level
+    assert "98.2% intervals at look 1 of up to 32 rounds" in first.message
+    second = placed(measured * 2, looks=[8, 16], most=32)
+    assert second.look.level == pytest.approx(look_levels([8, 16], 32, 0.05)[1])
+    with pytest.raises(ValueError, match="must be the rounds judged"):
+        placed(measured, looks=[6], most=32)
+
+
+@pytest.mark.parametrize(("mid", "bad", "kind"), [
+    (0.4, 0.57, BEYOND),   # slower than the bad end: a regression, then a fix and a smaller one
+    (1.1, 0.7, BEYOND),    # faster than the good end: a fix, then a larger regression
+    (2.5, 1.43, BEYOND),   # a range that got faster (a slow first end), its midpoint faster than both
+    (1.0, 1.43, LIKE_GOOD),  # the same range, the change that made it faster after the midpoint
+    (1.43, 1.43, LIKE_BAD),  # ... at the midpoint or before it
+    (1.2, 1.43, BETWEEN),
+])
+def test_a_midpoint_beyond_an_end_means_a_change_each_way(mid, bad, kind):
+    placement = placed(rounds(mid=mid, bad=bad))
+    assert placement.kind == kind, placement.message
 
 
 def test_position_is_zero_at_the_good_end_one_at_the_bad_end():
@@ -84,3 +125,40 @@ def test_the_midpoint_nearest_the_middle_is_tried_first_then_its_neighbours():
     assert midpoint_candidates(0, 5) == [2, 3, 1, 4]
     assert midpoint_candidates(3, 6) == [4, 5]
     assert midpoint_candidates(0, 1) == []
+
+
+def ratio(value, half_width):
+    """A ratio with an interval ``half_width`` wide each way in log terms."""
+    return Estimate(value=value, low=value * math.exp(-half_width), high=value * math.exp(half_width))
+
+
+def test_a_product_of_ratios_combines_their_log_half_widths_in_quadrature():
+    found = product([ratio(0.5, 0.03), ratio(0.8, 0.04)])
+    assert found.value == pytest.approx(0.4)
+    assert math.log(found.value / found.low) == pytest.approx(0.05) and math.log(found.high / found.value) == \
+        pytest.approx(0.05)
+    assert product([]) == Estimate(value=1.0, low=1.0, high=1.0)
+    unbounded = product([ratio(0.5, 0.03), Estimate(value=0.9, low=-math.inf, high=math.inf)])
+    assert unbounded.too_few_samples and unbounded.value == pytest.approx(0.45)
+
+
+def test_the_changes_found_must_account_for_the_ranges_slowdown():
+    """A regression to 0.4 fixed later, then a second one to 0.57: the first alone does not account
+    for the range's 0.57; with its fix and the second, the changes do."""
+    range_ratio = ratio(0.57, 0.04)
+    first, fix, second = ratio(0.4, 0.04), ratio(2.5, 0.05), ratio(0.57, 0.04)
+    missing = account([first], range_ratio)
+    assert not missing.holds
+    assert missing.message.startswith("the culprits account for 0.400 [0.384, 0.416] of the range's 0.570 "
+                                      "[0.548, 0.593] (bad/good): the range holds a change the bisect did not find")
+    assert missing.to_json()["holds"] is False and missing.to_json()["found"]["value"] == pytest.approx(0.4)
+    found = account([first, fix, second], range_ratio)
+    assert found.holds and found.message.startswith("the changes found account for the range's: 0.570")
+    assert account([second], range_ratio).holds
+    assert not account([], range_ratio).holds  # none found: 1.000 of the range's 0.570
+    assert account([Estimate(value=0.4, low=-math.inf, high=math.inf)], range_ratio).holds  # cannot tell
+
+
+def test_a_fix_undoes_the_culprit_whose_slowdown_it_takes_back():
+    assert undoes(ratio(0.4, 0.04), ratio(2.5, 0.05), 0.03)
+    assert not undoes(ratio(0.4, 0.04), ratio(1.43, 0.05), 0.03)

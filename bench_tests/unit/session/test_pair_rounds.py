@@ -136,3 +136,16 @@ def test_the_summary_shows_the_stored_baselines_verdict_only_where_a_cell_has_on
     header, first, second = paired_rows([judged, unjudged])
     assert header[-2:] == ["verdict", "stored baseline"] and first[-2:] == ["same", "fail"] and second[-1] == "-"
     assert judged.to_json()["stored_baseline"]["verdict"] == "fail"
+
+
+def test_where_a_launchs_time_went_is_read_from_rank_0s_marks():
+    from harness.session.paired import where_time_went
+
+    run = launch_of(lambda side, n: 0.05)("current")
+    assert where_time_went(run) is None  # a worker that marks nothing (an older commit's)
+    run.started_epoch = 1000.0
+    run.wall_s = 4.0
+    run.records[0]["timeline"] = {"worker_start": 1001.5, "set_up": 1002.0, "window_start": 1002.4,
+                                  "window_end": 1002.8, "done": 1002.9}
+    assert where_time_went(run) == {"start-up": 1.5, "set-up": 0.5, "warm-up": 0.4, "window": 0.4, "teardown": 0.1,
+                                    "exit": 1.1}

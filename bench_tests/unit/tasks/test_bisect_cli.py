@@ -1,13 +1,24 @@
 """dlscale-bisect's parts that need no launch: a cell id read into the suite's matrix options, the
 commits of a range from git, the versions of a package and the moves between two package sets, the
-bisects a move across packages runs, and a state file that belongs to another bisect."""
+bisects a move across packages runs, a state file that belongs to another bisect or to other launch
+settings; and, on fixed launch outcomes, a verification cut short that goes on from its pairs and a
+regression fixed later in the range, then another. (The launches themselves:
+bench_tests/plugin/test_bisect.py.)"""
+import dataclasses
 import json
 import subprocess
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from harness.launch.runner import CellRun
+from harness.machine.references import Environment
 from harness.rank.cell import Cell
-from harness.tasks.bisect import Bisect, Settings, across_packages, cell_options
+from harness.rank.workload import Workload
+from harness.session.paired import PairedResult
+from harness.tasks.bisect import (Bisect, BudgetSpent, Settings, across_packages, cell_options, launch_settings,
+                                  report, succeeded)
 from harness.tasks.bisect_points import (BisectError, Point, commits_between, package_moves, package_points,
                                          package_sets_of, version_points)
 
@@ -54,10 +65,14 @@ def test_a_state_file_of_another_bisect_is_refused_not_overwritten(repo, tmp_pat
     cell = Cell(framework="ddp", loader="synthetic", model="resnet44", ranks=1)
     state.write_text(json.dumps({"cell": "ddp-synthetic-resnet20-g1", "points": shas}))
     with pytest.raises(BisectError, match="is another bisect's"):
-        Bisect(None, cell, path, points, Settings(), state)
+        Bisect(None, cell, path, points, Settings(), state, settings_bound={})
+    state.write_text(json.dumps({"cell": cell.id, "points": shas, "version": 1}))
+    with pytest.raises(BisectError, match="written by another version of dlscale-bisect \\(state version 1, this "
+                                          "one's 2\\), without the settings it ran under: remove it"):
+        Bisect(None, cell, path, points, Settings(), state, settings_bound={})
     state.write_text("{not json")
     with pytest.raises(BisectError, match="cannot be read"):
-        Bisect(None, cell, path, points, Settings(), state)
+        Bisect(None, cell, path, points, Settings(), state, settings_bound={})
     assert state.read_text() == "{not json"
 
 
@@ -148,3 +163,150 @@ def test_across_packages_finds_the_move_then_bisects_that_packages_versions_with
                                [("torch", "torchvision")], Settings(), tmp_path / "t.json", said.append)) == 1
     assert [p.key for p in started[0][0]][-1] == "numpy==2.0.0,scipy==1.15.0,torch==2.14.1,torchvision==0.29.1"
     assert said[-1] == "  torch, torchvision moved together: their versions are not bisected one by one"
+
+
+SECONDS_PER_STEP = {"0": 0.2, "1": 0.5, "2": 0.2, "3": 0.35}
+"""A regression to 0.4 of the good end's speed (point 1), its revert (2), then a second one to 0.57 (3)."""
+JITTER = [1.0, 1.01, 0.995, 1.005, 0.99, 1.0, 1.008, 0.992, 1.003, 0.997, 1.006]
+
+
+class Node:
+    """Launch outcomes of fixed speeds, as :mod:`bench_tests.unit.session.test_pair_rounds` has them:
+    a point's launch runs at the seconds per step its variable X names, jittered by under 1%; the
+    launch numbered ``interrupt_at`` is a Ctrl-C instead."""
+
+    def __init__(self, interrupt_at=None):
+        self.launched, self.interrupt_at = [], interrupt_at
+
+    def prepare(self):
+        return SimpleNamespace(current_environment=Environment(label="current", source=Path("."),
+                                                               launch_environment={}, commit=None))
+
+    def launch_in(self, cell, environment, place):
+        if len(self.launched) == self.interrupt_at:
+            raise KeyboardInterrupt
+        point = environment.launch_environment["X"]
+        step = SECONDS_PER_STEP[point] * JITTER[len(self.launched) % len(JITTER)]
+        self.launched.append(point)
+        record = {"rank": 0, "step_times": [step] * 8, "images": 128, "window_s": 8 * step, "losses": [1.0] * 8,
+                  "data_wait": [0.0] * 8}
+        return CellRun(cell=cell, launcher="mpirun", command=[], status="ok", records=[record], error=None,
+                       wall_s=1.0, log_path=Path("log"), token="t", orphans_killed=[])
+
+
+CELL = Cell(framework="ddp", loader="synthetic", model="resnet44", ranks=1)
+QUICK = Settings(rounds=6, max_rounds=6, verify_pairs=6, min_effect=0.03)
+
+
+def env_points(*values):
+    return [Point(key=f"X={value}", short=f"X={value}", parts=(f"env:X={value}",), label=f"X={value}")
+            for value in values]
+
+
+def bound(**changes):
+    settings = {"workload": Workload(image_size=32, batch_size=8, steps=5), "launcher": "mpirun",
+                "cores_per_rank": 1, "device": "auto", "system": "vm", "launch_environment": {"OMP_NUM_THREADS": "1"},
+                "packages": {"torch": "2.14.1", "numpy": "2.1.3"}, "settings": QUICK, **changes}
+    return launch_settings(**settings)
+
+
+def test_a_state_is_refused_under_other_launch_settings_naming_each(tmp_path):
+    """Rounds of two set-ups are never mixed: a resume under another workload, launcher, launch
+    variable, minimum effect or installed package is refused, each difference named; the budget
+    and the seed are not launch settings."""
+    state = tmp_path / "state.json"
+    points = env_points(0, 1)
+    Bisect(Node(), CELL, tmp_path, points, QUICK, state, settings_bound=bound())._save()
+    other = bound(workload=Workload(image_size=32, batch_size=8, steps=7), launcher="srun", launch_environment={},
+                  packages={"torch": "2.14.1", "numpy": "2.2.0"}, settings=dataclasses.replace(QUICK, min_effect=0.05))
+    with pytest.raises(BisectError) as refused:
+        Bisect(Node(), CELL, tmp_path, points, QUICK, state, settings_bound=other)
+    assert str(refused.value) == (
+        f"the state file {state} was written under other settings (launch env OMP_NUM_THREADS: 1 -> (none); "
+        "launcher: mpirun -> srun; min effect: 0.03 -> 0.05; package numpy: 2.1.3 -> 2.2.0; workload steps: 5 -> 7): "
+        "its rounds cannot be mixed with these; run with its settings to go on, or name another --state to start "
+        "afresh")
+    assert bound(settings=dataclasses.replace(QUICK, max_launches=1, max_seconds=5.0)) == bound()
+    said = []
+    Bisect(Node(), CELL, tmp_path, points, dataclasses.replace(QUICK, max_launches=9), state, settings_bound=bound(),
+           seed=3, say=said.append)
+    assert said == [f"dlscale-bisect: going on from {state} (0 step(s), 0 launch(es) done)"]
+    kept = json.loads(state.read_text())
+    assert kept["binding"]["settings"]["workload steps"] == 5 and len(kept["binding"]["digest"]) == 16
+
+
+def test_a_verification_interrupted_goes_on_from_the_pairs_it_kept(tmp_path):
+    """Ctrl-C in the fourth pair of the verification (a range of one commit goes straight to it):
+    the three pairs before it are in the state, and the bisect started again measures only the
+    three more its first look needs."""
+    state = tmp_path / "state.json"
+    points = env_points(0, 1)
+    with pytest.raises(KeyboardInterrupt):
+        Bisect(Node(interrupt_at=7), CELL, tmp_path, points, QUICK, state, settings_bound=bound(), seed=1).run()
+    kept = json.loads(state.read_text())
+    assert kept["verifying"]["point"] == "X=1" and len(kept["verifying"]["result"]["pairs"]) == 3
+    assert kept["verifying"]["result"]["looks"] == [] and kept["launches"] == 7 and not kept["culprits"]
+
+    node, said = Node(), []
+    done = Bisect(node, CELL, tmp_path, points, QUICK, state, settings_bound=bound(), seed=1, say=said.append).run()
+    assert len(node.launched) == 6 and sorted(node.launched) == ["0"] * 3 + ["1"] * 3
+    culprit, = done["culprits"]
+    assert culprit["verified"] and culprit["verdict"] == "regressed" and len(culprit["pairs"]) == 6
+    assert culprit["looks"] == [6] and culprit["launches"] == 13 and done["launches"] == 13
+    assert culprit["ratio"]["ratio"] == pytest.approx(0.4, rel=0.02)
+    assert done["verifying"] is None and done["done"] and done["accounting"] is None  # one commit: no step
+    assert "  X=1: going on from the 3 pair(s) its verification kept" in said
+
+
+def test_a_verification_cut_by_the_budget_keeps_its_looks_and_goes_on(tmp_path):
+    """The budget stops the verification between its looks at 6 and 12 pairs (its pairs' first
+    launch charges for both, so no pair is cut in two); with more budget it goes on from the six
+    pairs and their look."""
+    state = tmp_path / "state.json"
+    points, noisy = env_points(0, 2), dataclasses.replace(QUICK, max_rounds=12, max_launches=13)
+    SECONDS_PER_STEP["2"] = 0.2 * 1.05  # 5% slower: 6 pairs of up to 12 have no interval at their look's level
+    try:
+        with pytest.raises(BudgetSpent, match="the budget is spent \\(12 launches of 13"):
+            Bisect(Node(), CELL, tmp_path, points, noisy, state, settings_bound=bound(settings=noisy), seed=2).run()
+        kept = json.loads(state.read_text())
+        assert len(kept["verifying"]["result"]["pairs"]) == 6 and kept["verifying"]["result"]["looks"] == [6]
+        again = PairedResult.from_json(kept["verifying"]["result"], CELL, Node().prepare().current_environment)
+        assert again.verdict.kind == "inconclusive" and again.verdict.look.looks == (6,) and again.launches == 12
+        assert again.to_json()["pairs"] == kept["verifying"]["result"]["pairs"] and again.seed == \
+            kept["verifying"]["result"]["seed"]
+        more = dataclasses.replace(noisy, max_launches=100)
+        node = Node()
+        done = Bisect(node, CELL, tmp_path, points, more, state, settings_bound=bound(settings=noisy), seed=2).run()
+    finally:
+        SECONDS_PER_STEP["2"] = 0.2
+    assert len(node.launched) == 12 and len(done["culprits"][0]["pairs"]) == 12
+    assert done["culprits"][0]["looks"] == [6, 12]
+
+
+def test_a_regression_fixed_later_then_a_second_one_names_the_second_as_the_one_that_stayed(tmp_path):
+    """Points 0-3: a regression to 0.4 (1), its revert (2), a second regression to 0.57 (3). The
+    first step's midpoint (1) runs slower than the bad end: a change went each way, both halves are
+    searched; point 1 is a culprit undone by the fix at 2, point 3 the culprit that stayed, and the
+    three account for the range's 0.57."""
+    said = []
+    done = Bisect(Node(), CELL, tmp_path, env_points(0, 1, 2, 3), QUICK, tmp_path / "state.json",
+                  settings_bound=bound(), seed=4, say=said.append).run()
+    assert [step["placement"] for step in done["steps"]] == ["beyond", "beyond"]
+    assert [(c["point"], c["verified"], c.get("undone_by")) for c in done["culprits"]] == [("X=1", True, "X=2"),
+                                                                                          ("X=3", True, None)]
+    assert [(f["point"], f["verdict"]) for f in done["fixes"]] == [("X=2", "improved")]
+    assert done["accounting"]["holds"], done["accounting"]
+    assert succeeded([done])
+    _, first, fix, second, accounted = report([done]).splitlines()
+    assert first.startswith("  culprit X=1: verified (current/reference 0.39") and first.endswith("; undone later by X=2")
+    assert fix.startswith("  fix X=2: verified (current/reference 2.5") and second.startswith("  culprit X=3: verified")
+    assert accounted.startswith("  the changes found account for the range's: 0.5")
+    assert any(line.startswith("step 1: 2 point(s) between X=0 and X=3; midpoint X=1: beyond; a change each way")
+               for line in said)
+
+
+def test_a_bisect_whose_changes_do_not_account_for_the_range_has_not_succeeded():
+    state = {"culprits": [{"verified": True}], "fixes": [], "unresolved": [],
+             "accounting": {"holds": False, "message": "the culprits account for ..."}}
+    assert not succeeded([state]) and succeeded([{**state, "accounting": {"holds": True}}])
+    assert succeeded([{**state, "accounting": None}])  # a range of one commit: its verification is the range's
