@@ -33,10 +33,11 @@ SESSIONS = int(os.environ.get("DLSCALE_SPREAD_SESSIONS", "3"))
 PAIRS = os.environ.get("DLSCALE_SPREAD_PAIRS", "16")
 A_A = ["--launch-env", "DLSCALE_AA_MARK=1", "--against", "env:DLSCALE_AA_MARK", "--pairs", PAIRS, "--max-pairs", PAIRS]
 ARRANGEMENTS = {
-    "sequential, the node's cores": [],
-    "sequential, one core": ["--cores-per-rank", "1"],
-    "duet, one core each": ["--duet"],
+    "sequential, the node's cores": ("sequential", []),
+    "sequential, one core": ("sequential-1core", ["--cores-per-rank", "1"]),
+    "duet, one core each": ("duet", ["--duet"]),
 }
+"""Each arrangement's name, its sessions' directory and its flags."""
 LEADS = {
     "tcmalloc": "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4",
     "jemalloc": "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
@@ -80,9 +81,9 @@ def test_sequential_and_duet_pairs_side_by_side(tmp_path):
     cells: dict[str, list[dict]] = {name: [] for name in ARRANGEMENTS}
     started = time.monotonic()
     for index in range(SESSIONS):
-        for name, flags in ARRANGEMENTS.items():
-            cells[name].append(compare(tmp_path / name.replace(" ", "-").replace(",", ""), name, index, SESSIONS,
-                                       *A_A, *flags, system="spread"))
+        for name, (directory, flags) in ARRANGEMENTS.items():
+            (tmp_path / directory).mkdir(exist_ok=True)
+            cells[name].append(compare(tmp_path / directory, name, index, SESSIONS, *A_A, *flags, system="spread"))
     spreads = {name: _spread(found) for name, found in cells.items()}
     for name, spread in spreads.items():
         print(_line(name, spread))
@@ -98,6 +99,7 @@ def test_each_lead_as_an_ab(tmp_path):
         if variable == "LD_PRELOAD" and not Path(value).exists():
             print(f"{name}: {value} is not installed (Debian's libgoogle-perftools4, libjemalloc2)")
             continue
+        (tmp_path / f"lead-{index}").mkdir()
         cell = compare(tmp_path / f"lead-{index}", name, 0, 1, "--launch-env", setting, "--against", f"env:{variable}",
                        "--pairs", PAIRS, "--max-pairs", PAIRS, system="leads")
         spread = _spread([cell])

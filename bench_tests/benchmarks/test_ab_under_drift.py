@@ -47,15 +47,21 @@ QUOTA = float(os.environ.get("DLSCALE_DRIFT_QUOTA", "0.7"))
 step by 20% and the A/B cell by 22% from its baseline, 0.7 by 30% and 36%."""
 BUSY_SHARE = float(os.environ.get("DLSCALE_DRIFT_BUSY", "0.55"))
 """The neighbour's duty cycle on each core (of 100 ms)."""
-BUSY_S, IDLE_S = 0.1 * BUSY_SHARE, 0.1 * (1 - BUSY_SHARE)
-NEIGHBOUR = f"""
+
+
+def neighbour_code(share: float) -> str:
+    """A process that keeps a core busy for ``share`` of every 100 ms."""
+    return f"""
 import time
 while True:
-    end = time.perf_counter() + {BUSY_S}
+    end = time.perf_counter() + {0.1 * share}
     while time.perf_counter() < end:
         pass
-    time.sleep({IDLE_S})
+    time.sleep({0.1 * (1 - share)})
 """
+
+
+NEIGHBOUR = neighbour_code(BUSY_SHARE)
 PERIOD_US = 100_000
 
 
@@ -103,12 +109,19 @@ def drift():
             yield lambda: quota.limit(QUOTA * (os.cpu_count() or 1))
         return
     assert DRIFT == "neighbour", f"DLSCALE_DRIFT is quota or neighbour, not {DRIFT!r}"
-    neighbours = []
+    with neighbours(NEIGHBOUR) as arrive:
+        yield arrive
+
+
+@contextlib.contextmanager
+def neighbours(code: str):
+    """Yields what starts a busy process per core (``code``); they end with the block."""
+    started = []
     try:
-        yield lambda: neighbours.extend(subprocess.Popen([sys.executable, "-c", NEIGHBOUR], start_new_session=True)
-                                        for _ in range(os.cpu_count() or 1))
+        yield lambda: started.extend(subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+                                     for _ in range(os.cpu_count() or 1))
     finally:
-        for neighbour in neighbours:
+        for neighbour in started:
             neighbour.kill()
             neighbour.wait()
 
@@ -155,3 +168,38 @@ def test_pairs_see_no_change_where_a_stored_figure_sees_the_drift(tmp_path):
           f"({'; '.join(stored['reasons']) or 'no reason given'})")
     assert cell["verdict"] not in ("regressed", "improved")
     assert mean(busy, "current") < 0.9 * mean(quiet, "current"), f"the {DRIFT} did not slow the machine: no drift shown"
+
+
+ARRIVALS = int(os.environ.get("DLSCALE_NEIGHBOUR_SESSIONS", "10"))
+ARRIVES_AFTER_S = float(os.environ.get("DLSCALE_NEIGHBOUR_AFTER", "40"))
+
+
+def test_an_aa_with_a_neighbour_arriving_midway_calls_no_change(tmp_path):
+    """Issue 52's case: an A/A (the reference differs by a variable no code reads) during which two
+    busy processes, one per core, start 40 s into the session (before, one such session said
+    ``regressed``, 0.707 [0.470, 0.969] over 9 pairs). Each of DLSCALE_NEIGHBOUR_SESSIONS sessions
+    must call no change, and says which pairs it left out and why."""
+    verdicts = []
+    for index in range(ARRIVALS):
+        log_path = tmp_path / f"neighbour-{index}.log"
+        with open(log_path, "w") as log, neighbours(neighbour_code(1.0)) as arrive:
+            session = start_suite(tmp_path, "neighbour", "--launch-env", "DLSCALE_AA_MARK=1", "--against",
+                                  "env:DLSCALE_AA_MARK", "--results-json", f"neighbour-{index}.json", "-s", log=log)
+            arrival = time.monotonic() + ARRIVES_AFTER_S
+            while session.poll() is None and time.monotonic() < arrival:
+                time.sleep(0.2)
+            arrive()
+            session.wait(timeout=3600)
+        assert session.returncode in (0, 1), log_path.read_text()[-3000:]
+        cell, = json.loads((tmp_path / f"neighbour-{index}.json").read_text())["paired_cells"]
+        ratio = cell["ratio"] or {}
+        verdicts.append(cell["verdict"])
+        print(f"neighbour {index + 1}/{ARRIVALS}: {cell['verdict']} {ratio.get('value') or float('nan'):.3f} over "
+              f"{len(cell['pairs'])} pairs, {len(cell['left_out'])} left out; flags: {cell['flags'] or 'none'}; "
+              f"error: {cell['error'] or 'none'}", flush=True)
+        for left in cell["left_out"]:
+            print(f"  left out pair {left['pair'] + 1}: {left['why']}", flush=True)
+    called = sum(verdict in ("regressed", "improved") for verdict in verdicts)
+    print(f"{ARRIVALS} A/As with a neighbour arriving after {ARRIVES_AFTER_S:.0f} s: {verdicts}; a change called in "
+          f"{called}")
+    assert called == 0

@@ -32,9 +32,11 @@ from harness.report.tables import format_table
 FACTS = ("minor_faults", "major_faults", "voluntary_switches", "involuntary_switches", "steal_share",
          "anon_huge_kib", "max_rss_kib", "environment_bytes")
 """The numeric launch facts held against a launch's speed (each rank's, the largest taken)."""
-PER_SECOND = frozenset({"minor_faults", "major_faults", "voluntary_switches", "involuntary_switches"})
-"""Counts over the window, held against the speed per second of window: a slower launch's longer
-window would otherwise count more of each by its length alone."""
+PER_SECOND = frozenset({"involuntary_switches"})
+"""Counts over the window that time drives (the scheduler's preemptions), held against the speed per
+second of window: a slower launch's longer window would otherwise count more of them by its length
+alone. The other counts are per launch, and so per step (every launch times as many): faults and
+voluntary switches come with the steps' work."""
 
 
 def launches_of(documents: Iterable[Mapping], cell: str | None = None) -> list[dict]:

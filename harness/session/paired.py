@@ -7,8 +7,8 @@ at once on the two halves of the node, which side gets which half balanced and r
 launch cost is kept: its wall time and measured window. A failed launch is evidence, not a dropped
 pair: it ends the A/B with an ``error`` that names the side. A pair whose two launches saw outside
 work on their cores (another job, the hypervisor's steal) that differs by more than the minimum
-effect's half is left out, counted and made up for; a step in the node's speed within the session
-that could have made the verdict holds it ``inconclusive``."""
+effect, or either of which was contended, is left out, counted and made up for; a step in the
+node's speed within the session that could have made the verdict holds it ``inconclusive``."""
 from __future__ import annotations
 
 import dataclasses
@@ -24,6 +24,7 @@ from harness.judging.paired import (ALPHA, DUET_ORDERS, ORDERS, SPENDING_RULE, L
                                     hold, judge_pairs, next_orders, pairs_wanted, sequential_look, speed_steps)
 from harness.judging.sequential import planned_looks
 from harness.judging.stats import Estimate, throughput_point
+from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.judging.verdicts import Reference
 from harness.launch.runner import CellRun
 from harness.machine.references import Environment
@@ -54,6 +55,8 @@ class PairSettings:
     alpha: float = ALPHA
     rule: str = SPENDING_RULE
     """How the looks spend ``alpha`` (harness.judging.sequential.RULES)."""
+    notable: float = DEFAULT_TUNABLES.notable_wait
+    """Outside work on a launch's cores beyond which it is contended (the system's tunable)."""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -365,14 +368,26 @@ def _one_pair(result: PairedResult, order: str, pair_of: PairFn, settings: PairS
         return
     figures = {side: launch_figure(run) for side, run in runs.items()}
     shares = {side: outside_share(run.records) for side, run in runs.items()}
-    if None not in shares.values() and abs(shares["reference"] - shares["current"]) > settings.min_effect / 2:
-        result.left_out.append({"pair": index, "order": order, **figures,
-                                "outside_share": shares,
-                                "why": (f"outside work took {shares['reference']:.1%} of the reference's cores and "
-                                        f"{shares['current']:.1%} of the current side's: a difference beyond half the "
-                                        f"minimum effect ({settings.min_effect / 2:.1%})")})
+    if why := _outside_work(shares, settings):
+        result.left_out.append({"pair": index, "order": order, **figures, "outside_share": shares, "why": why})
         return
     result.pairs.append(Pair(order=order, **figures))
+
+
+def _outside_work(shares: Mapping[str, float | None], settings: PairSettings) -> str | None:
+    """Why outside work on its launches' cores leaves a pair out, if it does: either launch was
+    contended (outside work took more than ``settings.notable`` of its cores' time, as the stored
+    verdict's contention guard leaves such a launch out), or the two launches' shares differ by more
+    than the minimum effect (as much as that can take from one side's speed)."""
+    if None in shares.values():
+        return None
+    said = (f"outside work took {shares['reference']:.1%} of the reference's cores and {shares['current']:.1%} of "
+            "the current side's")
+    if max(shares.values()) > settings.notable:
+        return f"{said}: contended (more than {settings.notable:.0%})"
+    if abs(shares["reference"] - shares["current"]) > settings.min_effect:
+        return f"{said}: a difference beyond the minimum effect ({settings.min_effect:.1%})"
+    return None
 
 
 def _status_words(status: str) -> str:

@@ -396,8 +396,9 @@ class Suite:
     def pair_settings(self) -> PairSettings:
         """How the session's A/Bs measure and judge their pairs."""
         o = self.options
+        tunables = self.prepare().baselines.tunables
         return PairSettings(first=o.pairs, most=o.max_pairs, budget_s=o.pairs_budget, rule=o.spending,
-                            min_effect=o.min_effect or self.prepare().baselines.tunables.min_effect)
+                            min_effect=o.min_effect or tunables.min_effect, notable=tunables.notable_wait)
 
     def change_surely_stands(self, result: PairedResult, cells: int) -> bool:
         """Whether a change the A/B called stands under the false-discovery control whatever the

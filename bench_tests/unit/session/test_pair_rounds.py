@@ -80,14 +80,21 @@ def test_a_side_that_fails_at_once_ends_the_comparison_with_its_error():
 
 
 def test_a_pair_whose_launches_saw_different_outside_work_is_left_out_and_made_up_for():
-    busy = {5, 9}  # launches during which another job took 20% of the rank's core
+    busy = {5, 9}  # launches during which another job took about 4% of the rank's core
     result = measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2 if side == "reference" else 0.25,
-                                                      outside=lambda side, n: 0.04 if n in busy else 0.0),
+                                                      outside=lambda side, n: 0.011 if n in busy else 0.0),
                            SETTINGS, seed=6)
     assert len(result.left_out) == 2 and len(result.pairs) == 8 and result.launches == 20
-    assert "outside work took" in result.left_out[0]["why"]
+    assert "a difference beyond the minimum effect" in result.left_out[0]["why"]
     orders = [pair.order for pair in result.pairs]
     assert orders.count("reference-first") == orders.count("current-first") == 4
+
+
+def test_a_pair_whose_launches_were_both_contended_is_left_out():
+    result = measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2 if side == "reference" else 0.25,
+                                                      outside=lambda side, n: 0.08 if n in (2, 3) else 0.0),
+                           SETTINGS, seed=6)
+    assert len(result.left_out) == 1 and "contended (more than 5%)" in result.left_out[0]["why"]
 
 
 def test_a_node_too_busy_to_compare_on_holds_the_verdict_inconclusive():
