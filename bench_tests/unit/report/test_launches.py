@@ -25,7 +25,7 @@ def test_the_slow_launches_are_the_ones_with_the_faults(tmp_path, capsys):
     path.write_text(json.dumps(_document(speeds, faults)))
     assert launches.main([str(path), "--launches"]) == 0
     printed = capsys.readouterr().out
-    assert "minor_faults/s  16        -0.88" in printed  # the rank correlation with the speed
+    assert "minor_faults  16        -0.88" in printed  # the rank correlation with the speed
     assert "log ratio sd 0.0000" in printed  # both launches of a pair at one speed: the pair cancels it
     assert "more windows per launch would add little" in printed
 
