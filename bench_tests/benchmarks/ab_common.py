@@ -36,8 +36,9 @@ def only_when_asked(request):
 
 def start_suite(directory: Path, system: str, *flags: str, log=None, project: Path = HARNESS_SOURCE.parent,
                 env: dict[str, str] | None = None) -> subprocess.Popen:
-    """A scaling session on the A/B cell in ``directory`` as a user starts it (its test module
-    copied there once), with ``project``'s harness, its output to ``log`` or a pipe."""
+    """A scaling session on the A/B cell in ``directory`` as a user starts it (the directory made
+    and its test module copied there once), with ``project``'s harness, its output to ``log`` or a pipe."""
+    directory.mkdir(parents=True, exist_ok=True)
     if not (directory / "test_scaling.py").is_file():
         (directory / "test_scaling.py").write_text(SCALING_TEST.read_text())
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "scaling", "test_scaling.py",

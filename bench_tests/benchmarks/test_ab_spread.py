@@ -82,7 +82,6 @@ def test_sequential_and_duet_pairs_side_by_side(tmp_path):
     started = time.monotonic()
     for index in range(SESSIONS):
         for name, (directory, flags) in ARRANGEMENTS.items():
-            (tmp_path / directory).mkdir(exist_ok=True)
             cells[name].append(compare(tmp_path / directory, name, index, SESSIONS, *A_A, *flags, system="spread"))
     spreads = {name: _spread(found) for name, found in cells.items()}
     for name, spread in spreads.items():
@@ -99,7 +98,6 @@ def test_each_lead_as_an_ab(tmp_path):
         if variable == "LD_PRELOAD" and not Path(value).exists():
             print(f"{name}: {value} is not installed (Debian's libgoogle-perftools4, libjemalloc2)")
             continue
-        (tmp_path / f"lead-{index}").mkdir()
         cell = compare(tmp_path / f"lead-{index}", name, 0, 1, "--launch-env", setting, "--against", f"env:{variable}",
                        "--pairs", PAIRS, "--max-pairs", PAIRS, system="leads")
         spread = _spread([cell])

@@ -18,6 +18,7 @@ import time
 from typing import Callable, Mapping
 
 from harness.judging.confirmation import Conclusion, Rebuild, Split, conclude, figure_now, judged_now
+from harness.judging.contention import contended
 from harness.judging.kinds import ERROR, PairedKind
 from harness.judging.metrics import parallel_efficiency, step_samples, summarize, trim_warmup
 from harness.judging.paired import (ALPHA, DUET_ORDERS, ORDERS, SPENDING_RULE, Look, Pair, PairedVerdict,
@@ -383,7 +384,7 @@ def _outside_work(shares: Mapping[str, float | None], settings: PairSettings) ->
         return None
     said = (f"outside work took {shares['reference']:.1%} of the reference's cores and {shares['current']:.1%} of "
             "the current side's")
-    if max(shares.values()) > settings.notable:
+    if any(contended(None, None, share, notable=settings.notable) for share in shares.values()):
         return f"{said}: contended (more than {settings.notable:.0%})"
     if abs(shares["reference"] - shares["current"]) > settings.min_effect:
         return f"{said}: a difference beyond the minimum effect ({settings.min_effect:.1%})"
