@@ -35,6 +35,12 @@ def step_patch(step: str) -> Change:
 slower_step = step_patch(SLOWER_STEP)
 """Every training step does its forward and backward three times: real work, not a sleep."""
 
+HALF_AGAIN_SUBJECT = "each step does half its work again"
+half_again = step_patch(STEP + "            adapter.forward_backward(images[: len(images) // 2], labels[: len(labels) // 2])"
+                               f"  # {HALF_AGAIN_SUBJECT}\n")
+"""Every training step does its forward and backward again on half the batch: a regression of about
+a third, half the size of :data:`slower_step`'s."""
+
 
 def harmless(note: str) -> Change:
     """A change that does not touch what a rank runs per step."""

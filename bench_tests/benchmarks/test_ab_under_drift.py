@@ -33,11 +33,9 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-import pytest
 
 from bench_tests.benchmarks.ab_common import only_when_asked, start_suite  # noqa: F401 (a fixture)
+from bench_tests.benchmarks.cpu_quota import CpuQuota
 
 QUIET_PAIRS = int(os.environ.get("DLSCALE_DRIFT_AFTER", "2"))
 MAX_PAIRS = os.environ.get("DLSCALE_DRIFT_MAX_PAIRS", "32")
@@ -62,42 +60,6 @@ while True:
 
 
 NEIGHBOUR = neighbour_code(BUSY_SHARE)
-PERIOD_US = 100_000
-
-
-class CpuQuota:
-    """A cgroup (v2 ``cpu.max`` or v1 CFS quota) holding this process and every process it starts
-    from now on, without a quota until :meth:`limit`; on leaving, this process returns to its
-    cgroup and the cgroup is removed (once its last process ended)."""
-
-    def __init__(self, root: Path = Path("/sys/fs/cgroup")):
-        v2 = root / "cgroup.controllers"
-        if v2.is_file() and "cpu" in v2.read_text().split():
-            self.parent, self.write_quota = root, lambda us: (self.group / "cpu.max").write_text(f"{us} {PERIOD_US}")
-        elif (root / "cpu" / "cpu.cfs_quota_us").is_file():
-            self.parent = root / "cpu"
-            self.write_quota = lambda us: (self.group / "cpu.cfs_quota_us").write_text(str(us))
-        else:
-            pytest.skip("no cgroup CPU controller to set a quota in")
-        if not os.access(self.parent, os.W_OK):
-            pytest.skip(f"a CPU quota needs write access to {self.parent} (root)")
-        self.group = self.parent / f"dlscale-drift-{os.getpid()}"
-
-    def __enter__(self) -> "CpuQuota":
-        self.group.mkdir()
-        (self.group / "cgroup.procs").write_text(str(os.getpid()))
-        return self
-
-    def limit(self, cores: float) -> None:
-        self.write_quota(int(cores * PERIOD_US))
-
-    def __exit__(self, *exc) -> None:
-        (self.parent / "cgroup.procs").write_text(str(os.getpid()))
-        for _ in range(100):
-            with contextlib.suppress(OSError):
-                self.group.rmdir()
-                return
-            time.sleep(0.1)
 
 
 @contextlib.contextmanager

@@ -16,7 +16,8 @@ import pytest
 from harness.launch.launchers import LAUNCHERS
 
 from ..components import LAUNCHER_COMPONENTS, needs
-from ..projects import STEP, SLOWER_STEP_SUBJECT, git, harmless, slower_step, step_patch, throwaway_project
+from ..projects import (HALF_AGAIN_SUBJECT, SLOWER_STEP_SUBJECT, git, half_again, harmless, slower_step,
+                        throwaway_project)
 from ..workloads import JUDGED_MODEL, TINY_FLAGS
 
 pytestmark = pytest.mark.launch
@@ -24,12 +25,6 @@ CELL = f"ddp-synthetic-{JUDGED_MODEL}-g1"
 FLAGS = ["--launcher", "mpirun", *TINY_FLAGS, "--rounds", "6", "--max-rounds", "8", "--verify-pairs", "6",
          "--seed", "7"]
 """Looks at 6 and 8 rounds (and pairs): the fewest whose first look has an interval at its level."""
-HALF_AGAIN_SUBJECT = "each step does half its work again"
-half_again = step_patch(STEP + "            adapter.forward_backward(images[: len(images) // 2], labels[: len(labels) // 2])"
-                               f"  # {HALF_AGAIN_SUBJECT}\n")
-"""A second regression half the first's size (1.5 against 3 times the work), so that the first lies
-beyond it with confidence even in 6 rounds of a noisy CI machine's launches: with twice the work, the
-first against the second ran 0.718 [0.540, 1.085] there, and the bisect took it for the bad end."""
 
 
 def bisect(project: Path, *args: str) -> subprocess.CompletedProcess:
@@ -82,6 +77,9 @@ def test_a_regression_fixed_later_then_a_second_one_names_the_second(tmp_path):
     project = throwaway_project(tmp_path / "project", [
         (SLOWER_STEP_SUBJECT, slower_step),
         ("the steps do their work once again", lambda p: git(p, "revert", "--no-commit", "HEAD")),
+        # the second half the first's size, so that the first lies beyond it with confidence even in 6
+        # rounds of a noisy CI machine's launches: with twice the work, the first against the second
+        # ran 0.718 [0.540, 1.085] there, and the bisect took it for the bad end
         (HALF_AGAIN_SUBJECT, half_again)])
     first, revert, second = (git(project, "rev-parse", f"HEAD~{n}") for n in (2, 1, 0))
     done = bisect(project, CELL, "--good", "HEAD~3", *FLAGS)
