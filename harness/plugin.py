@@ -343,6 +343,7 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
     own = ", ".join(f"{name} {value:g}" for name, value in ready.baselines.tunables.differences().items())
     terminalreporter.write_line(f"system {ready.system}, launcher {suite.launcher_name}, baselines {ready.baselines.path}"
                                 + _cores_words(suite) + (f"; the system's tunables: {own}" if own else ""))
+    _write_start_up_delay(terminalreporter, suite)
     terminalreporter.write_line(format_table(summary_rows([result.to_json() for result in suite.results])))
     ratios = framework_ratios((result.cell, result.records) for result in suite.results if result.metrics)
     if ratios:
@@ -368,6 +369,11 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
                                         f"baseline: {', '.join(result.stack_changes)}")
 
 
+def _write_start_up_delay(terminalreporter, suite: Suite) -> None:
+    if delay := suite.prepared.launcher.start_up_delay():
+        terminalreporter.write_line(f"launcher {suite.launcher_name}: {delay}", yellow=True)
+
+
 def _write_paired_summary(terminalreporter, suite: Suite) -> None:
     ready = suite.prepared
     settings = suite.pair_settings
@@ -376,6 +382,7 @@ def _write_paired_summary(terminalreporter, suite: Suite) -> None:
                                 f"{ready.reference.environment.label}"
                                 + (", pairs as duets (both sides at once, each on half the node)" if suite.options.duet
                                    else ", pairs back to back in balanced random order"))
+    _write_start_up_delay(terminalreporter, suite)
     terminalreporter.write_line(f"current against reference: {describe_difference(ready.reference.difference)}")
     for problem in ready.reference.environment.dependency_problems:
         terminalreporter.write_line(f"the reference's package set, by pip check: {problem}")

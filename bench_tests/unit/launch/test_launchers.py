@@ -1,10 +1,11 @@
 import dataclasses
 import os
+import socket
 
 import pytest
 
 from bench_tests.components import needs
-from harness.launch.launchers import LAUNCHERS, LaunchRequest, SrunLauncher, open_mpi_refusal
+from harness.launch.launchers import LAUNCHERS, LaunchRequest, SrunLauncher, open_mpi_refusal, stopped_munge
 
 REQUEST = LaunchRequest(ranks=2, module="harness.rank.worker", args=("/tmp/spec.json",), job_name="dlscale-x",
                         master_port=29555, master_addr="127.0.0.1", python="/venv/bin/python")
@@ -133,3 +134,21 @@ def test_parameter_servers_beside_their_workers_may_share_the_cores():
     assert "--overcommit" not in LAUNCHERS.create("srun").command(REQUEST)
     bound = dataclasses.replace(sharing, cores_per_rank=1)  # each process its own core: nothing shared
     assert "--overcommit" not in LAUNCHERS.create("srun").command(bound)
+
+
+def test_a_munge_socket_no_daemon_answers_is_named_as_every_mpirun_launchs_delay(tmp_path):
+    """Open MPI's PMIx tries munge first and backs off where its socket is left behind without a
+    daemon: the summary says so, and how to remove it, unless PMIX_MCA_psec already chose."""
+    answering, stopped, absent = tmp_path / "answering", tmp_path / "stopped", tmp_path / "absent"
+    with socket.socket(socket.AF_UNIX) as daemon, socket.socket(socket.AF_UNIX) as gone:
+        daemon.bind(str(answering))
+        daemon.listen()
+        gone.bind(str(stopped))  # bound, never listening: the file a stopped munged leaves
+        delay = stopped_munge({}, [absent, stopped])
+        assert delay.startswith(f"munge is installed but no daemon answers at {stopped}: each mpirun launch waits")
+        assert "export PMIX_MCA_psec=native" in delay
+        assert stopped_munge({"PMIX_MCA_psec": "native"}, [stopped]) is None
+        assert stopped_munge({}, [answering, stopped]) is None  # the first socket found is munge's
+        assert stopped_munge({}, [absent]) is None
+    assert LAUNCHERS.create("mpirun", environment={"PMIX_MCA_psec": "native"}).start_up_delay() is None
+    assert LAUNCHERS.create("srun").start_up_delay() is None
