@@ -308,7 +308,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if verdicts:
         terminalreporter.write_line(judged_line(
             list(verdicts.values()), recorded=suite.baseline_changes is not None and not suite.baseline_error,
-            confirm=suite.options.confirm))
+            confirm=suite.options.confirm,
+            causes=[result.confirmation["cause"] for result in suite.results if result.confirmation]))
     if INTERRUPTS.interrupted:
         terminalreporter.write_line(_interrupt_line(suite, skipped), yellow=True)
         config.stash[INTERRUPT_TOLD_KEY] = True

@@ -73,17 +73,22 @@ def failure_message(cell_id: str, repeats: Sequence[Sequence[Verdict]], rule: Fa
             + "; ".join(v.message for v in last if v.kind in UNJUDGED) + said)
 
 
-def judged_line(verdicts: Sequence[str], *, recorded: bool = False, confirm: bool = False) -> str:
+def judged_line(verdicts: Sequence[str], *, recorded: bool = False, confirm: bool = False,
+                causes: Sequence[str] = ()) -> str:
     """The session's last line: how many of its measured cells (their ``verdicts``) were judged
-    against a baseline, what the others were, and, where none was and the rest were measured but
-    not judged (:data:`UNJUDGED`), the next step: a session that ends green has then tested nothing.
-    ``recorded``: this session recorded baselines (``--update-baselines``); ``confirm``: it was
-    run with ``--confirm``."""
+    against a baseline, what the others were, what ``--confirm``'s A/Bs put them down to (``causes``:
+    software, system or unknown, one a confirmed cell), and, where none was judged and the rest were
+    measured but not judged (:data:`UNJUDGED`), the next step: a session that ends green has then
+    tested nothing. ``recorded``: this session recorded baselines (``--update-baselines``);
+    ``confirm``: it was run with ``--confirm``."""
     counts = collections.Counter(verdicts)
     judged = sum(n for kind, n in counts.items() if kind != ERROR and kind not in UNJUDGED)
     others = ", ".join(f"{counts[kind]} {kind}" for kind in (ERROR, *MOST_SERIOUS_FIRST)
                        if kind in counts and (kind == ERROR or kind in UNJUDGED))
     line = f"dlscale: {judged} of {len(verdicts)} cells judged" + (f" ({others})" if others else "")
+    if causes:
+        tally = collections.Counter(causes)
+        line += "; confirmed by an A/B: " + ", ".join(f"{n} {cause}" for cause, n in sorted(tally.items()))
     if judged or not UNJUDGED & counts.keys():
         return line
     if recorded:

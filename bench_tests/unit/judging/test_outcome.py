@@ -82,6 +82,11 @@ def test_the_last_line_says_how_many_cells_were_judged_and_the_next_step_where_n
         "--update-baselines, or compare against a reference with --against REF")
     assert judged_line(nothing, confirm=True).endswith("--update-baselines, or compare against a reference with "
                                                        "--against REF")
+    assert judged_line(["machine-differs"], confirm=True, causes=["system"]) == (  # the nightly on a slower node
+        "dlscale: 0 of 1 cells judged (1 machine-differs); confirmed by an A/B: 1 system: record this machine's "
+        "baselines with --update-baselines, or compare against a reference with --against REF")
+    assert judged_line(["pass", "fail", "stale"], confirm=True, causes=["unknown", "software"]) == \
+        "dlscale: 2 of 3 cells judged (1 stale); confirmed by an A/B: 1 software, 1 unknown"
     assert judged_line(nothing, recorded=True) == (
         "dlscale: 0 of 40 cells judged (20 stale, 20 machine-differs): this run recorded this machine's baselines "
         "(--update-baselines); the next one judges by them")
