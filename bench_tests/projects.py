@@ -23,6 +23,12 @@ def git(project: Path, *args: str) -> str:
                            *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
+def commit(project: Path, subject: str) -> None:
+    """Commits everything in the project's tree with ``subject``."""
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", subject)
+
+
 def step_patch(step: str) -> Change:
     """A change that puts ``step`` (the training loop's step with real work added) in the step's place."""
     def change(project: Path) -> None:
@@ -57,10 +63,8 @@ def throwaway_project(project: Path, changes: list[tuple[str, Change]]) -> Path:
     shutil.copy(HARNESS_SOURCE.parent / "pyproject.toml", project)
     shutil.copy(SCALING_TEST, project / "test_scaling.py")
     git(project, "init", "-q")
-    git(project, "add", "-A")
-    git(project, "commit", "-q", "-m", "as the checkout is")
+    commit(project, "as the checkout is")
     for subject, change in changes:
         change(project)
-        git(project, "add", "-A")
-        git(project, "commit", "-q", "-m", subject)
+        commit(project, subject)
     return project

@@ -29,7 +29,7 @@ import pytest
 
 from bench_tests.benchmarks.ab_common import CELL_FLAGS, only_when_asked  # noqa: F401 (a fixture)
 from bench_tests.benchmarks.cpu_quota import CpuQuota
-from bench_tests.projects import HALF_AGAIN_SUBJECT, git, half_again, throwaway_project
+from bench_tests.projects import HALF_AGAIN_SUBJECT, commit, git, half_again, throwaway_project
 from bench_tests.workloads import JUDGED_MODEL
 from harness import HARNESS_SOURCE
 
@@ -37,13 +37,8 @@ NIGHTLY = HARNESS_SOURCE.parent / "ci" / "nightly.sbatch"
 SYSTEM = "nightly-proof"
 CELL = f"ddp-synthetic-{JUDGED_MODEL}-g1"
 QUOTA_CORES = float(os.environ.get("DLSCALE_CONFIRM_QUOTA", "0.6"))
-"""Cores of CPU time the slower node leaves a job together: a 1-rank cell's rank had one to itself."""
+"""Cores of CPU time the slower node leaves a job together: a 1-rank cell's rank had the node's two."""
 DATASET = Path(os.environ.get("DLSCALE_CACHE", Path.home() / ".cache" / "dlscale")) / "dataset"
-
-
-def commit(project: Path, subject: str) -> None:
-    git(project, "add", "-A")
-    git(project, "commit", "-q", "-m", subject)
 
 
 def session_env(project: Path, cache: Path, **settings: str) -> dict[str, str]:
