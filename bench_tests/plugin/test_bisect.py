@@ -57,9 +57,12 @@ def test_names_the_commit_that_slowed_every_step_and_goes_on_after_its_budget(tm
     assert [(c["point"], c["verified"], c["verdict"]) for c in result["culprits"]] == [(culprit, True, "regressed")]
     # one step: the midpoint (the culprit) runs like the bad end, from 6 rounds of 3 launches (4 before
     # the budget's cut, 2 after; 8 where 6 left the midpoint's sameness to the bad end unsure), then
-    # 6 pairs against the culprit's parent (or 8)
+    # 6 pairs against the culprit's parent (or 8). Where 8 still leave that sameness unsure (a CI
+    # machine's pair spread of 0.16 does, at times), the step is placed by its position and says so.
     step, = result["steps"]
-    assert (step["mid"], step["placement"], step["placed_by"]) == (culprit, "like-bad", "test")
+    assert (step["mid"], step["placement"]) == (culprit, "like-bad"), step["evidence"]["message"]
+    assert step["placed_by"] == "test" or (
+        len(step["rounds"]) == 8 and "like-bad (placed by its position alone: the tests stayed unclear)" in output)
     assert len(step["rounds"]) in (6, 8) and len(result["culprits"][0]["pairs"]) in (6, 8)
     assert result["launches"] == 3 * len(step["rounds"]) + 2 * len(result["culprits"][0]["pairs"]) and result["done"]
     evidence = step["evidence"]
