@@ -308,6 +308,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if verdicts:
         terminalreporter.write_line(judged_line(
             list(verdicts.values()), recorded=suite.baseline_changes is not None and not suite.baseline_error,
+            kept=len(suite.baselines_kept),
             confirm=suite.options.confirm,
             causes=[result.confirmation["cause"] for result in suite.results if result.confirmation]))
     if INTERRUPTS.interrupted:

@@ -73,13 +73,14 @@ def failure_message(cell_id: str, repeats: Sequence[Sequence[Verdict]], rule: Fa
             + "; ".join(v.message for v in last if v.kind in UNJUDGED) + said)
 
 
-def judged_line(verdicts: Sequence[str], *, recorded: bool = False, confirm: bool = False,
+def judged_line(verdicts: Sequence[str], *, recorded: bool = False, kept: int = 0, confirm: bool = False,
                 causes: Sequence[str] = ()) -> str:
     """The session's last line: how many of its measured cells (their ``verdicts``) were judged
     against a baseline, what the others were, what ``--confirm``'s A/Bs put them down to (``causes``:
     software, system or unknown, one a confirmed cell), and, where none was judged and the rest were
     measured but not judged (:data:`UNJUDGED`), the next step: a session that ends green has then
-    tested nothing. ``recorded``: this session recorded baselines (``--update-baselines``);
+    tested nothing. ``recorded``: this session recorded baselines (``--update-baselines``), all but
+    ``kept`` of its cells (those kept their old ones, each with why, above this line);
     ``confirm``: it was run with ``--confirm``."""
     counts = collections.Counter(verdicts)
     judged = sum(n for kind, n in counts.items() if kind != ERROR and kind not in UNJUDGED)
@@ -91,8 +92,13 @@ def judged_line(verdicts: Sequence[str], *, recorded: bool = False, confirm: boo
         line += "; confirmed by an A/B: " + ", ".join(f"{n} {cause}" for cause, n in sorted(tally.items()))
     if judged or not UNJUDGED & counts.keys():
         return line
-    if recorded:
+    if recorded and not kept:
         return line + ": this run recorded this machine's baselines (--update-baselines); the next one judges by them"
+    if recorded and kept < len(verdicts) - counts[ERROR]:
+        return line + (f": this run recorded {len(verdicts) - counts[ERROR] - kept} of their baselines on this machine "
+                       f"(--update-baselines; {kept} kept their old ones, why above); the next one judges by those")
+    if recorded:
+        return line + ": --update-baselines recorded none of their baselines (why above), so the next run judges none"
     steps = ["record this machine's baselines with --update-baselines",
              "compare against a reference with --against REF"]
     if CONFIRMABLE & counts.keys() and not confirm:

@@ -90,6 +90,12 @@ def test_the_last_line_says_how_many_cells_were_judged_and_the_next_step_where_n
     assert judged_line(nothing, recorded=True) == (
         "dlscale: 0 of 40 cells judged (20 stale, 20 machine-differs): this run recorded this machine's baselines "
         "(--update-baselines); the next one judges by them")
+    assert judged_line([VerdictKind.STALE] * 6, recorded=True, kept=2) == (  # two too uncertain to record
+        "dlscale: 0 of 6 cells judged (6 stale): this run recorded 4 of their baselines on this machine "
+        "(--update-baselines; 2 kept their old ones, why above); the next one judges by those")
+    assert judged_line([VerdictKind.STALE] * 2, recorded=True, kept=2) == (
+        "dlscale: 0 of 2 cells judged (2 stale): --update-baselines recorded none of their baselines (why above), "
+        "so the next run judges none")
     assert judged_line(["pass"] * 37 + ["fail", "no-baseline", "stale"]) == \
         "dlscale: 38 of 40 cells judged (1 stale, 1 no-baseline)"
     assert judged_line(["pass", "inconclusive", "faster"]) == "dlscale: 3 of 3 cells judged"
