@@ -48,6 +48,7 @@ from typing import Mapping
 
 import pytest
 
+from bench_tests.benchmarks.reference_loops import LOOPS
 from harness.config.cells import PROFILES
 from harness.judging.metrics import step_samples, trim_warmup
 from harness.judging.stats import throughput_interval
@@ -100,10 +101,15 @@ def setting(env: Mapping[str, str] = os.environ) -> Setting:
     dtypes = tuple(env.get("DLSCALE_REFERENCE_DTYPES", DEFAULT_DTYPE).split(","))
     for dtype in dtypes:
         Numerics(dtype=dtype)  # a name it does not know is an error naming the valid ones
+    frameworks = tuple(env.get("DLSCALE_REFERENCE_FRAMEWORKS", ",".join(COMPARED)).split(","))
+    with_loops = sorted({*LOOPS, *REFERENCE_MODULES})
+    if without := [framework for framework in frameworks if framework not in with_loops]:
+        raise ValueError(f"DLSCALE_REFERENCE_FRAMEWORKS: no reference loop for {', '.join(without)} "
+                         f"(there is one for {', '.join(with_loops)})")
     return Setting(device="cuda" if gpu else "cpu",
                    workload=overridden(PROFILES["study" if gpu else "cpu-small"].workload, env),
                    launcher="torchrun" if gpu else "mpirun",
-                   frameworks=tuple(env.get("DLSCALE_REFERENCE_FRAMEWORKS", ",".join(COMPARED)).split(",")),
+                   frameworks=frameworks,
                    ranks=tuple(int(count) for count in env.get("DLSCALE_REFERENCE_RANKS", "1,2").split(",")),
                    cores_per_rank=None if gpu else 1, dtypes=dtypes,
                    channels_last=env.get("DLSCALE_REFERENCE_CHANNELS_LAST", "0") == "1",
