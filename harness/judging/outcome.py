@@ -92,12 +92,13 @@ def judged_line(verdicts: Sequence[str], *, recorded: bool = False, kept: int = 
         line += "; confirmed by an A/B: " + ", ".join(f"{n} {cause}" for cause, n in sorted(tally.items()))
     if judged or not UNJUDGED & counts.keys():
         return line
-    if recorded and not kept:
-        return line + ": this run recorded this machine's baselines (--update-baselines); the next one judges by them"
-    if recorded and kept < len(verdicts) - counts[ERROR]:
-        return line + (f": this run recorded {len(verdicts) - counts[ERROR] - kept} of their baselines on this machine "
-                       f"(--update-baselines; {kept} kept their old ones, why above); the next one judges by those")
     if recorded:
+        stored = len(verdicts) - counts[ERROR] - kept
+        if not kept:
+            return line + ": this run recorded this machine's baselines (--update-baselines); the next one judges by them"
+        if stored > 0:
+            return line + (f": this run recorded {stored} of their baselines on this machine (--update-baselines; "
+                           f"{kept} kept their old ones, why above); the next one judges by those")
         return line + ": --update-baselines recorded none of their baselines (why above), so the next run judges none"
     steps = ["record this machine's baselines with --update-baselines",
              "compare against a reference with --against REF"]
