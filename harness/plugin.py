@@ -14,17 +14,20 @@ import time
 from pathlib import Path
 
 import pytest
+from _pytest.runner import runtestprotocol  # pytest's own protocol with its reports returned, not told
 
 from harness.common.interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
 from harness.judging.kinds import PairedKind, VerdictKind
-from harness.judging.outcome import Confirmed, FailureRule, failure_message, judged_line, to_confirm
+from harness.judging.outcome import Confirmed, FailureRule, decided_line, failure_message, judged_line, to_confirm
 from harness.judging.sequential import RULE_CITATIONS, planned_looks
 from harness.judging.servers import server_rows
+from harness.judging.work import WorkChange, baseline_reading
 from harness.machine.references import describe_difference
 from harness.report.framework_comparison import PUBLISHED_NOTES, REFERENCE_FRAMEWORK, comparison_rows, framework_ratios
 from harness.report.html import COLLECTIVES_FILE, junit_properties, write_report
 from harness.report.tables import accuracy_rows, format_table, paired_rows, summary_rows
 from harness.session.cli import OPTIONS, REPEATABLE, SWITCH
+from harness.session.paired import PairedResult
 from harness.session.suite import Suite, SuiteError, SuiteOptions
 from harness.store.baselines import BaselineError
 from harness.store.sessiondir import expand, point_latest, session_name
@@ -35,6 +38,10 @@ TERMINAL_FD_KEY = pytest.StashKey[int]()
 INTERRUPT_TOLD_KEY = pytest.StashKey[bool]()
 AB_CELLS_KEY = pytest.StashKey[int]()
 """How many cells the session's A/Bs compare: the false-discovery control's count."""
+AT_THE_END_KEY = pytest.StashKey[PairedResult]()
+"""On an A/B cell's test whose outcome the false-discovery control at the session's end decides: its A/B."""
+HELD_KEY = pytest.StashKey[list]()
+"""Those tests and their reports, held until the control has decided them: ``(item, reports)``."""
 CELL_FIXTURE, ACCURACY_CELL_FIXTURE = "dlscale_cell", "dlscale_accuracy_cell"
 """The arguments a test takes to be parametrized by the matrix: names no other project uses."""
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -74,6 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
     values["against"] = tuple(config.getoption("dlscale_against"))
     values["confirm"] = config.getoption("dlscale_confirm")
     values["yardstick"] = not config.getoption("dlscale_no_yardstick")
+    values["count_work"] = not config.getoption("dlscale_no_count_work")
     values["accept_regressions"] = config.getoption("dlscale_accept_regressions")
     values["channels_last"] = config.getoption("dlscale_channels_last")
     values["compile"] = config.getoption("dlscale_compile")
@@ -191,19 +199,27 @@ class Measure:
             pytest.fail(message, pytrace=False)
 
     def _check_against(self, cell) -> None:
-        result = self.suite.measure_against(cell, on_progress=_Progress(self.config))
+        self._judge_against(self.suite.measure_against(cell, on_progress=_Progress(self.config)))
+
+    def _judge_against(self, result: PairedResult) -> None:
+        """The test fails where the A/B's final verdict is ``regressed``. A change it called that
+        stands whatever the session's other cells find (Bonferroni's share) is final at once; any
+        other the false-discovery control decides at the session's end, once every cell's p-value
+        is known, and the test's outcome waits for it (:func:`pytest_runtest_protocol`)."""
+        cells = self.config.stash.get(AB_CELLS_KEY, 1)
+        called = result.ok and result.verdict.kind in (PairedKind.REGRESSED, PairedKind.IMPROVED)
+        if called and not self.suite.change_surely_stands(result, cells):
+            self.node.stash[AT_THE_END_KEY] = result
+            _Progress(self.config, every_s=0)(
+                f"{result.cell.id}: {result.verdict.kind} ({result.verdict.message}); whether it stands among the "
+                f"{cells} cells compared, and the test's outcome with it, is decided at the session's end")
+            return
         self.node.user_properties.extend(junit_properties(result.to_json()))
         if not result.ok:
-            pytest.fail(f"{cell.id}: no A/B verdict against the {result.reference.label}: {result.error}",
+            pytest.fail(f"{result.cell.id}: no A/B verdict against the {result.reference.label}: {result.error}",
                         pytrace=False)
-        if result.verdict.kind == PairedKind.REGRESSED:
-            cells = self.config.stash.get(AB_CELLS_KEY, 1)
-            if self.suite.change_surely_stands(result, cells):
-                pytest.fail(f"{cell.id} regressed against the {result.reference.label}: {result.verdict.message}",
-                            pytrace=False)
-            # Benjamini-Hochberg decides at the session's end, once every cell's p-value is known
-            _Progress(self.config, every_s=0)(f"{cell.id}: regressed ({result.verdict.message}); whether it stands "
-                                             f"among the {cells} cells compared is decided at the session's end")
+        if message := _regression_message(result):
+            pytest.fail(message, pytrace=False)
 
     def check_accuracy(self, cell) -> None:
         result = self.suite.measure_accuracy(cell, on_progress=_Progress(self.config))
@@ -212,6 +228,55 @@ class Measure:
                         pytrace=False)
         if result.verdict.failed and not self.suite.options.update_baselines:
             pytest.fail(f"{cell.id} lost accuracy: {result.verdict.message}", pytrace=False)
+
+
+def _regression_message(result: PairedResult) -> str | None:
+    """What an A/B cell's test fails with: its verdict, after the false-discovery control where
+    that decided it, is ``regressed``; else None."""
+    if result.verdict_kind != PairedKind.REGRESSED:
+        return None
+    control = result.false_discovery
+    stands = (f"; it stands among the {control['cells']} cells compared (Benjamini-Hochberg at {control['rate']:.0%},"
+              f" repeated p {control['repeated_p']:.2g})" if control else "")
+    return f"{result.cell.id} regressed against the {result.reference.label}: {result.verdict.message}{stands}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """An A/B session's scaling tests run as pytest runs any test, their reports told once the test
+    is over; those whose outcome the false-discovery control decides (:meth:`Measure._judge_against`)
+    are held and told at the session's end with that outcome (:func:`_tell_held`), so that the
+    terminal, the JUnit file and the exit status all say the final verdict. Other tests: pytest's."""
+    suite = item.config.stash.get(SUITE_KEY, None)
+    if suite is None or not suite.options.against or "dlscale" not in getattr(item, "fixturenames", ()):
+        return None
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    if AT_THE_END_KEY in item.stash:
+        item.config.stash.setdefault(HELD_KEY, []).append((item, reports))
+    else:
+        _tell(item, reports)
+    return True
+
+
+def _tell(item: pytest.Item, reports: list[pytest.TestReport]) -> None:
+    for report in reports:
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+def _tell_held(config: pytest.Config) -> None:
+    """Tell the held tests' reports, each one's call failed where its A/B's verdict after the
+    false-discovery control is ``regressed``, with its figures and that verdict as JUnit properties."""
+    for item, reports in config.stash.get(HELD_KEY, []):
+        result = item.stash[AT_THE_END_KEY]
+        properties, message = junit_properties(result.to_json()), _regression_message(result)
+        for report in reports:
+            report.user_properties.extend(properties)  # each report carries the test's (JUnit reads the teardown's)
+            if report.when == "call" and report.passed and message:
+                report.outcome, report.longrepr = "failed", message
+        _tell(item, reports)
+    config.stash[HELD_KEY] = []
 
 
 def _report_baseline_changes(terminalreporter, suite: Suite) -> None:
@@ -244,6 +309,7 @@ def pytest_sessionfinish(session: pytest.Session):
             suite.control_false_discoveries(session.config.stash.get(AB_CELLS_KEY, 1))
             if any(result.verdict_kind == PairedKind.REGRESSED for result in suite.paired_results):
                 session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
+        _tell_held(session.config)
         return (yield)
     finally:
         _exit_interrupted(session)
@@ -311,6 +377,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             kept=len(suite.baselines_kept),
             confirm=suite.options.confirm,
             causes=[result.confirmation["cause"] for result in suite.results if result.confirmation]))
+    if suite.paired_results:
+        terminalreporter.write_line(decided_line([result.verdict_kind for result in suite.paired_results]))
     if INTERRUPTS.interrupted:
         terminalreporter.write_line(_interrupt_line(suite, skipped), yellow=True)
         config.stash[INTERRUPT_TOLD_KEY] = True
@@ -369,6 +437,18 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
         if result.stack_changes:
             terminalreporter.write_line(f"{result.cell.id}: {result.verdict} with software changed since the "
                                         f"baseline: {', '.join(result.stack_changes)}")
+        for line in _work_lines(result):
+            terminalreporter.write_line(f"{result.cell.id}: {line}")
+
+
+def _work_lines(result) -> list[str]:
+    """What a cell's counted work says: against its baseline's, and launches that did other work."""
+    work = result.work or {}
+    change = WorkChange.from_json(result.work_change) if result.work_change else None
+    reading = baseline_reading(change, result.verdict)
+    return ([f"{result.verdict}: {reading}"] if reading else []) + (
+        [f"its launches counted other work ({', '.join(work['launches_differ'])}): they did not run the same "
+         "steps"] if work.get("launches_differ") else [])
 
 
 def _write_start_up_delay(terminalreporter, suite: Suite) -> None:
@@ -405,7 +485,10 @@ def _write_paired_summary(terminalreporter, suite: Suite) -> None:
             f"(Benjamini-Hochberg at {settings.alpha:.0%}): {len(called) - len(held)} of {len(called)} change(s) "
             "called stand" + (f"; held inconclusive: {', '.join(held)}" if held else ""))
     for result in suite.paired_results:
-        lines = [f"interrupted after {len(result.pairs)} pairs: judged on those"] if result.interrupted else []
+        lines = [result.work_line] if result.work_line else []
+        lines += [f"the {side} side's launches counted other work than its first: they did not run the same steps"
+                  for side in result.work_differs()]
+        lines += [f"interrupted after {len(result.pairs)} pairs: judged on those"] if result.interrupted else []
         lines += ([result.error] if result.error else []) + list(result.verdict.flags if result.verdict else ())
         lines += [f"left out pair {left['pair'] + 1}: {left['why']}" for left in result.left_out]
         if result.verdict and result.verdict.pairs_needed:

@@ -62,12 +62,19 @@ def test_a_commit_that_slows_every_step_regresses_against_its_parent(project, tm
     assert Counter(pair["order"] for pair in cell["pairs"]) == {"reference-first": 3, "current-first": 3}
     assert cell["ratio"]["high"] < 0.97 and cell["ratio"]["value"] < 0.8, cell
     assert results["against"]["difference"]["commits"][0].endswith(SLOWER_STEP_SUBJECT)
+    # the work, counted in the first pair, before any speed verdict: three forward and backward passes
+    # a step, where the parent ran one, so three times the FLOPs of every operator that has a formula
+    work = cell["work"]
+    flops = next(moved for moved in work["change"]["moved"] if moved["part"] == "flops")
+    assert flops["ratio"] == pytest.approx(3.0) and flops["text"].startswith("+200.0% FLOPs (aten::convolution"), work
+    assert work["launches_differ"] == [] and f"{CELL}: work: +200.0% FLOPs (aten::convolution" in output
     # the stored baseline's verdict of the very launches of the current side, beside the pairs' (a
     # fail, or inconclusive where the contention guard saw enough outside work on a busy CI machine)
     stored = cell["stored_baseline"]
-    assert stored["verdict"] in ("fail", "inconclusive") and stored["launches"] == 6, stored
+    launches = 6 + len(cell["left_out"])  # a pair left out for outside work is made up for: its launches count
+    assert stored["verdict"] in ("fail", "inconclusive") and stored["launches"] == launches, stored
     assert "throughput -100.0% against baseline 1e+06" in stored["reasons"][0], stored
-    assert f"{CELL}: the stored baseline judges the current side's 6 launches {stored['verdict']} (" in output
+    assert f"{CELL}: the stored baseline judges the current side's {launches} launches " in output
     # each side's ranks ran its own code, the parent exported from git, in its own package set (numpy
     # pinned over the current environment, built with uv), the current side the project as it is
     ran = {side: json.loads(next((project / "results").glob(f"*/cells/{side}/{CELL}/record-rank0.json"))
@@ -108,6 +115,11 @@ def test_a_cell_failing_its_baseline_in_the_baselines_own_environment_is_a_syste
 
     judged = suite(project, "--confirm", "--no-yardstick", "--measure-budget", "0", cache=cache)
     cell = confirmed(project, judged)
+    # the work its step does, counted with the same packages as the baseline's: the same, so what
+    # moved is not the software's work
+    assert entry["work"]["flops"]["total"] > 0 and cell["work_change"]["same"] == [
+        "flops", "operators", "collectives", "memory", "data"], cell["work_change"]
+    assert f"{CELL}: {cell['verdict']}: the same work per step as at the baseline" in judged.stdout
     assert cell["confirmation"]["cause"] == "system", cell["confirmation"]
     assert f"{CELL}: {cell['verdict']} confirmed: system: the baseline was recorded with this very environment " \
            "(commit " in judged.stdout

@@ -72,6 +72,8 @@ class SuiteOptions:
     old baseline: a reference that uncertain cannot place a band of 5-15%."""
     accept_regressions: bool = False
     """``--update-baselines`` records a cell judged ``fail`` too (a slowdown the site accepts)."""
+    count_work: bool = True
+    """Count each rank's work in a step after its timed window (harness.rank.work)."""
     yardstick: bool = True
     """Judge a CPU cell's throughput normalised to its baseline's machine speed (harness.judging.yardstick);
     False judges it as measured, e.g. to check the machine itself."""

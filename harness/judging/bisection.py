@@ -34,7 +34,9 @@ the 3% minimum effect) and 1.132 [1.073, 1.273] of the bad end; taking that for 
 have dropped the first culprit's half.
 
 A bisect that misjudges each of its steps with probability e finds the culprit with (1 - e)^steps,
-so each step is held to an A/B's standard, not to one launch per point.
+so each step is held to an A/B's standard, not to one launch per point. Where the range's ends
+differ in the work a step does (harness.judging.work), one launch a point is enough:
+:func:`place_by_work` places a midpoint by its counted work, which does not depend on the node.
 
 At the end, the changes the bisect verified must account for the range's own change (:func:`account`):
 the product of their ratios against the bad end's ratio to the good end. A regression fixed later
@@ -173,6 +175,15 @@ def place(rounds: Sequence[Round], *, min_effect: float, looks: Sequence[int], m
 SECOND_CULPRIT_SHARE = 3
 """A midpoint is like an end where it surely lies within a third of the range's slowdown of it (or
 within the minimum effect, whichever is wider)."""
+
+
+def place_by_work(good: str, mid: str, bad: str) -> str:
+    """Where a midpoint lies by the digest of the work its step counts (harness.judging.work.work_digest)
+    against its range's ends': counts are exact, so one launch a point places it. ``between`` where it
+    counts like neither end: the work moved before it and after it."""
+    if mid == bad:
+        return LIKE_BAD
+    return LIKE_GOOD if mid == good else BETWEEN
 
 
 def sameness_margin(ends: PairedVerdict, min_effect: float) -> float:

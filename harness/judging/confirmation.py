@@ -8,9 +8,9 @@ of the stored move (the stored ratio over the A/B's) is the system's only where
 
 - the baseline's environment was rebuilt exactly (:func:`plan_rebuild`): its commit and the code
   that commit exports, the full package set of the interpreter its ranks ran in, the stack facts no
-  package set carries (:data:`SYSTEM_FACTS`), its launch environment and launcher, its workload, and
-  the code that computes the figures; a part that cannot be rebuilt explains the move as well as
-  the node could;
+  package set carries (:data:`SYSTEM_FACTS`), its launch environment and launcher, its workload, its
+  rank layout (:data:`LAYOUT_FACTS`), and the code that computes the figures; a part that cannot be
+  rebuilt explains the move as well as the node could;
 - and the rebuilt environment's own figure on this node now reproduces the stored move
   (:func:`reproduces`): judged against the stored band as the cell's figure was, it falls short of it
   (or beyond it) as the cell's did.
@@ -36,6 +36,10 @@ SOFTWARE, SYSTEM, UNKNOWN = "software", "system", "unknown"
 SYSTEM_FACTS = ("mpi", "cuda", "nccl", "driver")
 """The fingerprint's stack facts that no package set carries: the node's MPI library, CUDA, NCCL and
 GPU driver, which an A/B cannot install for its reference."""
+LAYOUT_FACTS = ("nodes", "processes_per_node", "cores_per_rank", "threads_per_rank")
+"""The fingerprint's hardware facts that say how the ranks were laid out on the nodes: a figure
+measured on half the cores per rank (``--duet`` halves them) moves for that alone, so a rebuild laid
+out otherwise cannot show that the node moved the stored one."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,6 +61,9 @@ class Setting:
     launch_environment: Mapping[str, str] | None = None
     """The variables the ranks ran with (:func:`harness.machine.environment.rank_settings`)."""
     launcher: str | None = None
+    layout: Mapping[str, Any] | None = None
+    """The fingerprint's hardware facts, of which the rank layout (:data:`LAYOUT_FACTS`) is compared:
+    the rest is the node, which a rebuild leaves as it is."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,7 +93,8 @@ def plan_rebuild(recorded: Setting, current: Setting, *, project: frozenset[str]
     away); another runtime's must be as recorded, for only torch's are rebuilt; ``project``: this
     project's own distributions, whose code comes from the commit."""
     parts: list[str] = []
-    missing = [_code_missing(recorded, current), *_stack_missing(recorded, current)]
+    missing = [_code_missing(recorded, current), *_stack_missing(recorded, current),
+               _layout_missing(recorded, current)]
     if recorded.commit is None:
         missing.append("commit: the baseline records no git commit")
     pins, said = _packages(recorded, current, project)
@@ -130,6 +138,17 @@ def _stack_missing(recorded: Setting, current: Setting) -> list[str]:
     if not changed:
         return []
     return [f"stack: {', '.join(changed)} (the node's MPI, CUDA, NCCL and driver: an A/B cannot install them)"]
+
+
+def _layout_missing(recorded: Setting, current: Setting) -> str | None:
+    if recorded.layout is None:
+        return "layout: the baseline records no rank layout (no fingerprint)"
+    old, new = recorded.layout, current.layout or {}
+    changed = [f"{fact} {old.get(fact, '(none)')} -> {new.get(fact, '(none)')}" for fact in LAYOUT_FACTS
+               if old.get(fact) != new.get(fact)]
+    if not changed:
+        return None
+    return f"layout: {', '.join(changed)} (the ranks are laid out otherwise than when the baseline was recorded)"
 
 
 def _packages(recorded: Setting, current: Setting, project: frozenset[str]) -> tuple[list[str], list[str]]:
@@ -324,3 +343,18 @@ def conclude(rebuild: Rebuild, split: Split, *, verdict: PairedVerdict | None = 
 
 def _joined(*parts: str) -> str:
     return "; ".join(part for part in parts if part)
+
+
+def software_by_work(change: Mapping | None, same_workload: bool) -> str | None:
+    """The cause a cell's counted work already gives, before any rebuild: where the step does other
+    operators, FLOPs, collectives or memory than at its baseline, counted with the same packages and
+    the same workload (``change``: harness.judging.work.against_baseline's, as JSON), the software
+    changed. None where the work does not say (the same work, only the data moved, nothing compared)."""
+    if not change or not same_workload or not change.get("changed"):
+        return None
+    moved = [moved for moved in change["moved"] if moved["part"] != "data"]
+    if not moved:
+        return None
+    return (f"software: the cell does other work per step than at its baseline, counted with the same packages and "
+            f"workload ({change['text']}): no rebuild needed to tell")
+

@@ -6,7 +6,7 @@ import collections
 import dataclasses
 from typing import Sequence
 
-from harness.judging.kinds import ERROR, MOST_SERIOUS_FIRST, UNJUDGED, VerdictKind
+from harness.judging.kinds import ERROR, MOST_SERIOUS_FIRST, UNJUDGED, PairedKind, VerdictKind
 from harness.judging.verdicts import Verdict, overall
 
 CONFIRMABLE = frozenset({VerdictKind.FAIL, VerdictKind.INCONCLUSIVE, VerdictKind.MACHINE_DIFFERS, VerdictKind.STALE})
@@ -105,3 +105,23 @@ def judged_line(verdicts: Sequence[str], *, recorded: bool = False, kept: int = 
     if CONFIRMABLE & counts.keys() and not confirm:
         steps.append("--confirm")
     return line + ": " + ", or ".join(steps)
+
+
+def decided_line(kinds: Sequence[str]) -> str:
+    """An ``--against`` session's last line: how many of its A/Bs (each cell's verdict ``kinds``,
+    after the false-discovery control) decided, how many did not and why, and, where none decided,
+    the next step: such a session ends green having compared nothing."""
+    counts = collections.Counter(kinds)
+    undecided = {kind: counts[kind] for kind in (ERROR, PairedKind.INCONCLUSIVE) if counts[kind]}
+    decided = len(kinds) - sum(undecided.values())
+    others = ", ".join(f"{n} {kind}" for kind, n in undecided.items())
+    line = f"dlscale: {decided} of {len(kinds)} cells decided by an A/B" + (f" ({others})" if others else "")
+    if decided or not kinds:
+        return line
+    steps = []
+    if PairedKind.INCONCLUSIVE in undecided:
+        steps.append("more pairs (--max-pairs, --pairs-budget) or a quieter node could decide the inconclusive "
+                     "ones, as each says above")
+    if ERROR in undecided:
+        steps.append("each failed one names its failure above: mend it and compare again")
+    return line + ": " + "; ".join(steps)

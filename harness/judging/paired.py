@@ -13,6 +13,7 @@ inside functions.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import math
@@ -343,30 +344,63 @@ def hold(verdict: PairedVerdict, reasons: Sequence[str]) -> PairedVerdict:
                                flags=verdict.flags + tuple(f"{said}{reason}" for reason in reasons))
 
 
+P_VALUE_FLOOR = 1e-8
+"""The smallest repeated p-value told: a change called at any error below it is told at this one."""
+_ALPHAS = tuple(float(alpha) for alpha in np.geomspace(P_VALUE_FLOOR, 1.0, 65))
+"""The errors at which :func:`repeated_p_value` looks for the first crossing (eight to a factor of 10)."""
+
+
 def repeated_p_value(log_ratios: Sequence[float], looks: Sequence[int], most: int, kind: PairedKind,
                      min_effect: float, rule: str = SPENDING_RULE) -> float:
     """The smallest error ``alpha`` at which the sequential A/B would have called ``kind``
-    (``regressed`` or ``improved``) at one of ``looks`` (the pairs' prefixes it judged): the
-    p-value the false-discovery control across cells ranks (Jennison and Turnbull's repeated
-    p-value). ``1.0`` for other kinds."""
+    (``regressed`` or ``improved``) at one of ``looks`` (the counts of the kept pairs it judged, in
+    order; a look beyond ``log_ratios`` was not reached by them and is not counted): the p-value the
+    false-discovery control across cells ranks (Jennison and Turnbull's repeated p-value). ``1.0``
+    for other kinds.
+
+    It is a p-value only where the tests at the errors it ranks are nested: where every look's level
+    grows with ``alpha`` (:func:`nested_alphas`). Beyond that a spending function can take a later
+    look's level back (O'Brien-Fleming's spends everything at the first look at ``alpha`` = 1), so the
+    smallest crossing is searched for among those errors only: the first of them at which a look
+    crosses, then the root between it and the one before. ``1.0`` where none does."""
     if kind not in (PairedKind.REGRESSED, PairedKind.IMPROVED):
         return 1.0
     sign = 1.0 if kind == PairedKind.REGRESSED else -1.0
     edge = math.log(1 - min_effect) if kind == PairedKind.REGRESSED else math.log(1 + min_effect)
-    looks = [look for look in looks if 0 < look <= len(log_ratios)]
+    looks = tuple(look for look in looks if 0 < look <= len(log_ratios))
+    if not looks:
+        return 1.0
     one_sided = [signed_rank_p_below([sign * x for x in log_ratios[:look]], sign * edge) for look in looks]
 
-    def margin(alpha: float) -> float:  # > 0 where some look would have called it at alpha
+    def margin(alpha: float) -> float:  # >= 0 where some look would have called it at alpha
         levels = look_levels(looks, most, alpha, rule)
         return max(level / 2 - p for p, level in zip(one_sided, levels))
 
+    alphas = nested_alphas(looks, most, rule)
+    first = bisect.bisect_left(alphas, True, key=lambda alpha: margin(alpha) >= 0)  # margin grows with alpha there
+    if first == len(alphas):
+        return 1.0
+    if first == 0:
+        return alphas[0]
     from scipy.optimize import brentq
 
-    if not looks or margin(1.0) < 0:
-        return 1.0
-    if margin(1e-8) >= 0:
-        return 1e-8
-    return math.exp(brentq(lambda log_alpha: margin(math.exp(log_alpha)), math.log(1e-8), 0.0, xtol=1e-4))
+    return math.exp(brentq(lambda log_alpha: margin(math.exp(log_alpha)), math.log(alphas[first - 1]),
+                           math.log(alphas[first]), xtol=1e-4))
+
+
+@functools.lru_cache(maxsize=64)
+def nested_alphas(looks: tuple[int, ...], most: int, rule: str) -> tuple[float, ...]:
+    """The errors of :data:`_ALPHAS`, from the smallest, up to the last at which no look's level has
+    yet fallen as ``alpha`` grew: within them a test at a larger error rejects wherever one at a
+    smaller error does, so the smallest error that rejects is a p-value."""
+    nested, before = [], None
+    for alpha in _ALPHAS:
+        levels = look_levels(looks, most, alpha, rule)
+        if before is not None and any(level < earlier for level, earlier in zip(levels, before)):
+            break
+        nested.append(alpha)
+        before = levels
+    return tuple(nested)
 
 
 def cause_of(verdict: PairedVerdict) -> str:

@@ -70,6 +70,8 @@ class Measurement(Protocol):
     @property
     def efficiency(self) -> Estimate | None: ...
     @property
+    def work(self) -> dict | None: ...
+    @property
     def efficiency_source(self) -> str | None: ...
 
 
@@ -147,6 +149,8 @@ def baseline_entry(results: Sequence[Measurement], *, config: Mapping, provenanc
              "config": dict(config), "fingerprint": last.fingerprint,
              "breakdown": last.breakdown.slowest.to_json() if last.breakdown else None,
              "provenance": {**provenance, **ran_in, "launcher": last.run.launcher, "ranks": last.cell.ranks}}
+    if last.work:  # counted: every measurement of the cell did the same work, or says where it did not
+        entry["work"] = last.work
     machine = baseline_yardstick([r.yardstick for r in results]) if use_yardstick else None
     if machine:
         entry["yardstick"] = machine.to_json()

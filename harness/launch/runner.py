@@ -72,6 +72,10 @@ class CellRun:
     """The serving ranks' records (parameter servers: ``"role": "server"``)."""
     started_epoch: float | None = None
     """When the launcher was started (epoch seconds): the ranks' timelines are read against it."""
+    ended_epoch: float | None = None
+    """When the runner saw the launch end (epoch seconds): its launcher exited, or the runner stopped
+    it for its ranks' error reports, a timeout or silence. Launches watched together each have
+    their own, where ``wall_s`` runs until every one of them ended and was cleaned up."""
 
     @property
     def ok(self) -> bool:
@@ -182,6 +186,8 @@ class _Launch:
     started_epoch: float = 0.0
     outcome: tuple[str, str | None] | None = None
     """The status and, where the runner stopped it, why; None while it runs."""
+    ended_epoch: float | None = None
+    """When the outcome was seen."""
     last_beat: float = dataclasses.field(default_factory=time.time)
     last_line: str = ""
     first_error_at: float | None = None
@@ -314,6 +320,7 @@ def _finish(launch: _Launch, limits: RunLimits, orphans: list[int], orphans_else
                         f"{_tail(launch.log_path)}")
     return CellRun(cell=cell, launcher=launch.launcher.name, command=launch.command, status=status, records=records,
                    error="\n".join(problems) or None, wall_s=wall, started_epoch=launch.started_epoch,
+                   ended_epoch=launch.ended_epoch,
                    log_path=launch.log_path, token=launch.token,
                    orphans_killed=orphans, orphans_elsewhere=orphans_elsewhere,
                    server_records=[record for record in everyone if record.get("role") == "server"])
@@ -328,8 +335,10 @@ def _watch(launches: list[_Launch], limits: RunLimits, on_progress: list[StatusL
         for launch, told in zip(launches, on_progress):
             if launch.outcome is None:
                 launch.outcome = _check(launch, limits, told)
-                if launch.outcome is not None and launch.outcome[0] != "ok":
-                    _end_process(launch, limits)
+                if launch.outcome is not None:
+                    launch.ended_epoch = time.time()
+                    if launch.outcome[0] != "ok":
+                        _end_process(launch, limits)
 
 
 def _check(launch: _Launch, limits: RunLimits, on_progress: StatusLineFn | None) -> tuple[str, str | None] | None:

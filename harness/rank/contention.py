@@ -12,8 +12,11 @@ framework's helper threads its process. A loader that got slower that way is a r
 not be excused as contention. So where a rank owns its cores (``--cores-per-rank``), it also reads
 how much of their time went to anything *outside* its own process tree (``outside_cpu``): the busy
 time of its cores in ``/proc/stat``, steal included, less the CPU time of the rank, its threads and
-its descendants (``/proc/<pid>/stat``). Only that outside share makes a fail untrustworthy
-(the policy: :mod:`harness.judging.contention`).
+its descendants (``/proc/<pid>/stat``). Interrupt and soft-interrupt time is left out of the busy
+time: the kernel charges it to the core, never to a process, so the rank's own network and timer
+work (a collective's packets, its loopback traffic) would read as outside work there, and a change
+that adds kernel work of its own would be excused as "too busy". Only that outside share makes a
+fail untrustworthy (the policy: :mod:`harness.judging.contention`).
 """
 from __future__ import annotations
 
@@ -61,18 +64,25 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def busy_ticks(cpus: Collection[int]) -> int | None:
-    """Clock ticks the ``cpus`` have spent on anything but idling so far (user, nice, system, irq,
-    softirq, and steal: time the hypervisor gave another guest); ``None`` where unreadable."""
-    total = 0
+    """Clock ticks the ``cpus`` have spent so far on work a process can be charged with, or the
+    hypervisor gave another guest (:func:`process_ticks`); ``None`` where unreadable."""
     try:
-        with open("/proc/stat") as stat:
-            for line in stat:
-                name, *fields = line.split()
-                if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
-                    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
-                    total += user + nice + system + irq + softirq + steal
+        return process_ticks(Path("/proc/stat").read_text(), cpus)
     except (OSError, ValueError):
         return None
+
+
+def process_ticks(proc_stat: str, cpus: Collection[int]) -> int:
+    """From the text of ``/proc/stat``: the ticks the ``cpus`` spent in user, nice and system time
+    (some process's) and steal (another guest's). Not idle or iowait, and not irq or softirq: the
+    kernel charges interrupts to the core, whichever process they serve, so a rank's own network
+    and timer work would count as outside it. (Soft interrupts the kernel hands to its ksoftirqd
+    thread under load are that thread's system time, and still count.)"""
+    total = 0
+    for name, *fields in (line.split() for line in proc_stat.splitlines() if line.strip()):
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            user, nice, system, _idle, _iowait, _irq, _softirq, steal = (int(f) for f in fields[:8])
+            total += user + nice + system + steal
     return total
 
 

@@ -21,6 +21,12 @@ class GateTimeout(RuntimeError):
     """A party never came: the other side of the duet failed before its window."""
 
 
+def timed_out_at_gate(launch_error: str | None) -> bool:
+    """Whether a launch's error (its ranks' error reports, as harness.launch.runner joins them)
+    holds a :class:`GateTimeout`: its own failure follows from the other side's."""
+    return f"{GateTimeout.__name__}: " in (launch_error or "")
+
+
 def meet(directory: str | Path, parties: int = PARTIES, timeout_s: float = 300.0) -> float:
     """Leave this process's mark at the gate and wait for every party's; the epoch time it opened.
     :class:`GateTimeout` after ``timeout_s`` without all of them."""

@@ -20,6 +20,7 @@ from typing import Any
 from harness.common.registry import Entry, Registry
 from harness.rank.clocks import HostClock, StepClock, Sync
 from harness.rank.numerics import Numerics
+from harness.rank.work import NotCounted, WorkCounter
 
 RUNTIMES = Registry("runtime", {
     "torch": Entry("harness.rank.torch_runtime:TorchRuntime", requires="torch"),
@@ -92,6 +93,8 @@ class Device:
 class RankRuntime(abc.ABC):
     """What one rank needs of its framework family beyond the framework adapter."""
 
+    name: str
+
     @abc.abstractmethod
     def pick_device(self, requested: str, local_rank: int) -> Any:
         """``cpu`` or this rank's GPU, for ``requested`` ``auto``, ``cpu`` or ``cuda``."""
@@ -124,6 +127,11 @@ class RankRuntime(abc.ABC):
     def clock(self, device) -> StepClock:
         """How the training loop times a step's parts (:mod:`harness.rank.clocks`)."""
         return HostClock(self.sync(device))
+
+    def work_counter(self, adapter, device) -> WorkCounter:
+        """What counts the work of ``adapter``'s steps on ``device`` (:mod:`harness.rank.work`);
+        raises :class:`~harness.rank.work.NotCounted` saying why where none can."""
+        raise NotCounted(f"the {self.name} runtime does not count its steps' work")
 
     @abc.abstractmethod
     def loader(self, name: str, workload, rank, device):

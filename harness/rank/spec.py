@@ -42,6 +42,9 @@ class RankOptions:
     compute_probe: bool = True
     """Time the compute probe (a private model copy's forward and backward) around the window: the
     breakdown's reading, which an A/B's or a bisect's figure does not use."""
+    count_work: bool = True
+    """Count the work of steps after the timed window (harness.rank.work): operators, FLOPs,
+    collectives, memory and data."""
     fault: Fault | None = None
     data_delay: DataDelay | None = None
     accuracy: Mapping[str, Any] | None = None
@@ -67,10 +70,10 @@ class WorkerSpec:
         """The spec as the worker reads it. Options at their defaults are left out: a worker of an
         older commit (an A/B's reference) then reads a spec that uses no option it lacks; one it does
         not know (``known_options``, where given) is left out too, so such a worker runs as it
-        always did (:func:`option_names_of`)."""
-        defaults = {field.name: _default(field) for field in dataclasses.fields(self.options)}
-        options = {name: value for name, value in dataclasses.asdict(self.options).items() if value != defaults[name]
-                   and (known_options is None or name in known_options)}
+        always did (:func:`option_names_of`; an A/B asks first whether it may:
+        :func:`options_unknown_to`)."""
+        options = {name: value for name, value in _set_options(self.options).items()
+                   if known_options is None or name in known_options}
         return {"cell": dict(self.cell), "workload": dict(self.workload) if self.workload is not None else None,
                 "output_dir": self.output_dir, "launch_environment": list(self.launch_environment),
                 "silent_dump_s": self.silent_dump_s, **options}
@@ -93,6 +96,24 @@ class WorkerSpec:
                    silent_dump_s=data.get("silent_dump_s"))
 
 
+MAY_RUN_WITHOUT = frozenset({"count_work"})
+"""The options a worker that does not know them (an older commit's) may run without on one side of
+an A/B: counting the work of steps after the timed window, whose absence the A/B says ("the
+reference counted no work"). Every other option set away from its default changes what a launch
+measures or how it runs (its cores, its device, the probe and the yardstick around its window, a
+duet's half and gate, a drill's fault), so a side that ignores it would not run as the other
+(:func:`options_unknown_to`)."""
+
+
+def options_unknown_to(known_options: Collection[str] | None, options: RankOptions) -> list[str]:
+    """The options ``options`` sets away from their defaults that a worker knowing only
+    ``known_options`` (:func:`option_names_of`; None: this checkout's, which knows them all) would
+    silently run without, :data:`MAY_RUN_WITHOUT` aside."""
+    if known_options is None:
+        return []
+    return [name for name in _set_options(options) if name not in known_options and name not in MAY_RUN_WITHOUT]
+
+
 def option_names_of(spec_source: str) -> frozenset[str]:
     """The fields of :class:`RankOptions` as the source of a ``harness/rank/spec.py`` declares them:
     what another checkout's worker (an A/B's reference, a bisect's commit) accepts."""
@@ -102,6 +123,12 @@ def option_names_of(spec_source: str) -> frozenset[str]:
             return frozenset(statement.target.id for statement in node.body
                              if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name))
     return frozenset()
+
+
+def _set_options(options: RankOptions) -> dict[str, Any]:
+    """The options set away from their defaults, as JSON values."""
+    defaults = {field.name: _default(field) for field in dataclasses.fields(options)}
+    return {name: value for name, value in dataclasses.asdict(options).items() if value != defaults[name]}
 
 
 def _default(field: dataclasses.Field) -> Any:

@@ -11,10 +11,19 @@ from harness.rank.models import build_model
 from harness.rank.numerics import Numerics
 from harness.rank.runtime import RankRuntime, Sync
 from harness.rank.torch_numerics import as_trained
+from harness.rank.torch_work import TorchWorkCounter
 from harness.rank.trainloop import ComputeProbe, device_sync
+from harness.rank.work import NotCounted
 
 
 class TorchRuntime(RankRuntime):
+    name = "torch"
+
+    def work_counter(self, adapter, device) -> TorchWorkCounter:
+        if why := adapter.work_not_counted():
+            raise NotCounted(why)
+        return TorchWorkCounter(device, adapter.counting_collectives)
+
     def pick_device(self, requested: str, local_rank: int) -> torch.device:
         if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
             return torch.device("cpu")

@@ -10,7 +10,9 @@ step is over by then, and on a GPU the reads overlap its kernels instead of leng
 forward+backward of a private copy of the model with no communication at all (``compute_probe``),
 before and after the timed window; harness.judging.breakdown splits ``fwd_bwd`` into compute and exposed
 communication with it. What could set the launch's speed is read over the window
-(``launch_facts``, :mod:`harness.rank.launch_facts`).
+(``launch_facts``, :mod:`harness.rank.launch_facts`). After the window and its probes, the loop
+runs :data:`~harness.rank.work.COUNTED_STEPS` more steps, the same lines as the timed ones, under a
+:class:`~harness.rank.work.WorkCounter` (``work``, :mod:`harness.rank.work`).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from harness.rank.clocks import HostClock, StepClock, Sync
 from harness.rank.contention import OutsideWork, RunQueueWait
 from harness.rank.launch_facts import LaunchFacts
 from harness.rank.frameworks.base import LossFn, Trainer
+from harness.rank.work import COUNTED_STEPS, StepCounting, WorkCounter
 
 if TYPE_CHECKING:  # the loop itself runs in every runtime, torch's or not
     import torch
@@ -116,7 +119,8 @@ def run_probes(probe: ComputeProbe, batch, count: int, sync: Sync) -> list[float
 def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
           device: torch.device, progress: ProgressFn, probe: ComputeProbe | None = None,
           probe_steps: int = PROBE_STEPS, own_cores: Collection[int] | None = None,
-          sync: Sync | None = None, clock: StepClock | None = None, gate: Callable[[], float] | None = None) -> dict:
+          sync: Sync | None = None, clock: StepClock | None = None, gate: Callable[[], float] | None = None,
+          counter: WorkCounter | None = None, batch_data: Callable[[], dict] | None = None) -> dict:
     """Run ``warmup_steps`` untimed then ``steps`` timed training steps; return this rank's samples.
 
     With a ``probe``, ``probe_steps`` local compute probes run on the last warm-up batch just before
@@ -127,7 +131,9 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
     ``own_cores``: the cores this rank owns alone (bound to them), whose time taken by work outside
     its process tree is recorded per step. ``sync`` waits for the device (default: torch's);
     ``clock`` times the steps (default: a :class:`HostClock` on ``sync``). ``gate``: where this rank
-    waits for another launch before its window (a duet's, :mod:`harness.rank.gate`).
+    waits for another launch before its window (a duet's, :mod:`harness.rank.gate`). ``counter``:
+    counts the work of the steps after the window (``work``); ``batch_data`` says what the last
+    batch taken took to make (the loader's :meth:`~harness.rank.loaders.base.Loader.batch_data`).
     """
     sync = sync or device_sync(device)
     clock = clock or HostClock(sync)
@@ -144,7 +150,8 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
     run_queue = None
     images_seen = 0
     batch = None
-    for phase, count in (("warmup", warmup_steps), ("timed", steps)):
+    counting = StepCounting(counter, batch_data) if counter is not None else None
+    for phase, count in (("warmup", warmup_steps), ("timed", steps), ("counted", COUNTED_STEPS if counting else 0)):
         if phase == "timed":
             if probe is not None and batch is not None:  # without warm-up, only after the window
                 probes += run_probes(probe, batch, probe_steps, sync)
@@ -157,14 +164,22 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
             facts = LaunchFacts()
             window_epoch = time.time()
             window_start = time.perf_counter()
+        if phase == "counted":  # the window is over
+            window, launch_facts = time.perf_counter() - window_start, facts.finish()
+            if probe is not None and batch is not None:
+                probes += run_probes(probe, batch, probe_steps, sync)
         for index in range(count):
             clock.start()
             batch = images, labels = next(stream)
             clock.mark()  # the host-to-device copy belongs to data loading
+            if phase == "counted":
+                counting.start()  # the very step the timed ones are, counted
             loss = adapter.forward_backward(images, labels)
             clock.mark()  # backward's kernels and the gradient collectives it waits for
             adapter.optimizer_step()
             clock.mark()  # the update's kernels (and, for ZeRO, its parameter gather)
+            if phase == "counted":
+                counting.stop(images.shape[0])
             if phase == "timed":
                 if run_queue is not None:
                     waited = run_queue.read()
@@ -185,8 +200,6 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
                 losses.append(loss)  # detached by the adapter; read once the window is over
                 images_seen += images.shape[0]
             progress(phase, index + 1, count)
-    window = time.perf_counter() - window_start
-    launch_facts = facts.finish()
     samples = {
         "step_times": step_times,
         "data_wait": data_waits,
@@ -203,8 +216,9 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
     if outside and None not in outside:
         samples["outside_cpu"] = outside
     if probe is not None:
-        if batch is not None:
-            probes += run_probes(probe, batch, probe_steps, sync)
         probe.close()
         samples["compute_probe"] = probes
+    if counting is not None:
+        samples["work"] = counting.work()
     return samples
+

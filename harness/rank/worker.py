@@ -28,6 +28,7 @@ from harness.rank.numerics import Numerics
 from harness.rank.rankenv import RankInfo, address_toward, read_rank_info
 from harness.rank.spec import WorkerSpec
 from harness.rank.stacks import StackDumps
+from harness.rank.work import NotCounted, WorkCounter, uncounted
 
 
 WORKER_START = time.time()
@@ -88,6 +89,17 @@ def framework_on_this_rank(framework: str, ranks: int, batch_per_rank: int, spec
         yield adapter
     finally:
         adapter.shutdown()
+
+
+def work_counter(runtime, adapter, device, wanted: bool) -> tuple[WorkCounter | None, dict]:
+    """What counts a training rank's work after its window, or None with the record's ``work``
+    saying why nothing is counted."""
+    if not wanted:
+        return None, {"work": uncounted("counting was turned off (--no-count-work)")}
+    try:
+        return runtime.work_counter(adapter, device), {}
+    except NotCounted as why:
+        return None, {"work": uncounted(str(why))}
 
 
 def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
@@ -154,6 +166,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
                 samples = adapter.follow(progress, lambda: run_probes(probe, batch, PROBE_STEPS, runtime.sync(device)))
             finally:
                 probe.close()
+            samples["work"] = uncounted("a following rank's steps are run by its coordinator, which counts none")
             loader_settings = loader.settings()
         else:
             loader = runtime.loader(cell.loader, workload, rank, device)
@@ -164,9 +177,12 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
                 batches = with_fault_batches(batches, progress)  # a 'slow' fault sleeps inside the timed steps
                 gate = (functools.partial(meet, options.window_gate)
                         if options.window_gate and rank.rank == 0 else None)
+                counter, not_counted = work_counter(runtime, adapter, device, options.count_work)
                 samples = train(adapter, batches, warmup_steps=workload.warmup_steps, steps=workload.steps,
                                 device=device, progress=progress, probe=probe, own_cores=cores,
-                                sync=runtime.sync(device), clock=runtime.clock(device), gate=gate)
+                                sync=runtime.sync(device), clock=runtime.clock(device), gate=gate,
+                                counter=counter, batch_data=getattr(loader, "batch_data", None))
+                samples.update(not_counted)
             finally:
                 loader.close()
             loader_settings = loader.settings()

@@ -7,7 +7,9 @@ The older file stands where a baseline would: each of its cells becomes a baseli
 config hash, fingerprint, machine yardstick) with a band of ``+-band``, and the newer file's cell
 is judged against it by :func:`harness.judging.verdicts.judge_cell`, so a comparison says exactly what the
 suite would (``stale`` for another workload or other hardware, ``machine-differs``, the software
-that changed, both readings of a CPU throughput). Exit status 1 when a cell fails, else 0.
+that changed, both readings of a CPU throughput). Where both files counted a cell's work
+(harness.judging.work), what moved between them is said beside it. Exit status 1 when a cell
+fails, else 0.
 """
 from __future__ import annotations
 
@@ -23,10 +25,11 @@ from harness.judging.kinds import ERROR, VerdictKind
 from harness.judging.stats import Estimate
 from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.judging.verdicts import Evidence, Reference, judge_cell, overall
+from harness.judging.work import WorkChange, compare_work
 from harness.judging.yardstick import Yardstick
 from harness.report.tables import format_table
 
-HEADER = ["cell", "old img/s (95% CI)", "new img/s (95% CI)", "delta", "machine", "verdict"]
+HEADER = ["cell", "old img/s (95% CI)", "new img/s (95% CI)", "delta", "machine", "work", "verdict"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,12 +41,15 @@ class Compared:
     """A verdict kind, or ``only in old`` / ``only in new`` / ``error``."""
     machine_speed: float | None = None
     messages: tuple[str, ...] = ()
+    work: WorkChange | None = None
+    """What moved from the old file's counted work to the new one's, where both counted."""
 
     def row(self) -> list[str]:
         delta = f"{self.new.value / self.old.value - 1:+.1%}" if self.old and self.new else "-"
         machine = f"{self.machine_speed - 1:+.1%}" if self.machine_speed else "-"
+        work = "-" if self.work is None or not self.work.comparable else "moved" if self.work.changed else "same"
         return [self.cell, self.old.text(1) if self.old else "-",
-                self.new.text(1) if self.new else "-", delta, machine, self.verdict]
+                self.new.text(1) if self.new else "-", delta, machine, work, self.verdict]
 
 
 def compare(old: Mapping, new: Mapping, *, band: float = DEFAULT_TUNABLES.default_band, use_yardstick: bool = True,
@@ -85,19 +91,23 @@ def _judged(old: Mapping, new: Mapping, old_config: Mapping, new_config: Mapping
                         outside_share=new.get("outside_share"),
                         launches=max(1, int(new.get("runs") or 1) - int(new.get("contended_runs") or 0)))
     judgement = judge_cell(evidence, entry, references, use_yardstick=use_yardstick, baseline_path=old_name)
+    work = compare_work(old.get("work"), new.get("work"), before_name="the old file", after_name="the new file") \
+        if old.get("work") or new.get("work") else None
     return Compared(cell=new["cell"], old=before, new=after, verdict=overall(judgement.verdicts),
-                    machine_speed=judgement.machine_speed, messages=tuple(v.message for v in judgement.verdicts))
+                    machine_speed=judgement.machine_speed, messages=tuple(v.message for v in judgement.verdicts),
+                    work=work)
 
 
 def write_csv(compared: Sequence[Compared], path: Path) -> None:
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["cell", "old", "old_low", "old_high", "new", "new_low", "new_high", "machine_speed",
-                         "verdict", "message"])
+                         "verdict", "message", "work"])
         for c in compared:
             figures = [value if value is not None else "" for estimate in (c.old, c.new)
                        for value in (estimate.to_json()[key] if estimate else None for key in ("value", "low", "high"))]
-            writer.writerow([c.cell, *figures, c.machine_speed or "", c.verdict, " | ".join(c.messages)])
+            writer.writerow([c.cell, *figures, c.machine_speed or "", c.verdict, " | ".join(c.messages),
+                             c.work.text() if c.work else ""])
 
 
 def _load(path: Path) -> Mapping:
@@ -127,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for c in compared:
         if c.verdict not in (VerdictKind.PASS, "only in old", "only in new"):
             print(f"{c.cell}: {c.verdict}: {'; '.join(c.messages)}")
+        if c.work is not None and (c.work.changed or not c.work.comparable):
+            print(f"{c.cell}: {c.work.text()}")
     if args.csv:
         write_csv(compared, args.csv)
         print(f"written to {args.csv}")

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 from harness.common.jsonio import finite_number
 from harness.config.cells import scaling_cell
 from harness.judging.breakdown import PARTS, BreakdownUnavailable, breakdown_rows, cell_breakdown
+from harness.judging.work import NOTES as WORK_NOTES
 from harness.judging.kinds import ERROR, VerdictKind
 from harness.judging.stats import Estimate
 from harness.report.collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes,
@@ -77,7 +78,8 @@ def _summary_section_rows(cells: Sequence[Mapping]) -> tuple[list[list[str]], li
 def junit_properties(cell_result_json: Mapping) -> list[tuple[str, Any]]:
     """One cell's figures as ``(name, value)`` pairs for pytest's ``record_property`` (JUnit XML):
     throughput and E_G with their intervals, step time, the breakdown of the slowest rank (seconds
-    per step and shares), the 90-epoch projection and the verdict. Absent figures are left out."""
+    per step and shares), the counted work's FLOPs and collective bytes per step, the 90-epoch
+    projection and the verdict. Absent figures are left out."""
     cell = cell_result_json
     properties: list[tuple[str, Any]] = [("dlscale_cell", cell.get("cell")), ("dlscale_status", cell.get("status")),
                                          ("dlscale_verdict", cell.get("verdict"))]
@@ -106,6 +108,12 @@ def junit_properties(cell_result_json: Mapping) -> list[tuple[str, Any]]:
             properties += [(f"dlscale_{part}_s_per_step", _round(getattr(slowest, part))),
                            (f"dlscale_{part}_share", _round(shares[part]))]
         properties.append(("dlscale_breakdown_closure", _round(slowest.closure)))
+    work = cell.get("work") or {}
+    if "flops" in work:
+        properties.append(("dlscale_work_flops_per_step", work["flops"]["total"]))
+    if "collectives" in work:
+        properties.append(("dlscale_work_collective_bytes_per_step",
+                           sum(kind["bytes"] for kind in work["collectives"].values())))
     throughput = estimate(cell, "throughput")
     if throughput and throughput[0] > 0:
         properties.append(("dlscale_time_to_train_90_epochs_s", round(time_to_train_s(throughput[0]), 1)))
@@ -241,6 +249,38 @@ def _scaling_model_section(published: Mapping | None, collectives: Mapping | Non
     return "".join(parts)
 
 
+def _work_section(cells: Sequence[Mapping]) -> str:
+    """What a step of each cell did, counted after its window: the same integers launch after launch."""
+    rows = [["cell", "GFLOP / step", "MFLOP / image", "operator calls", "collectives (calls, MB)",
+             "peak MB a step allocated", "images decoded, MB read", "counted step s", "not counted"]]
+    for cell in cells:
+        work = cell.get("work")
+        if not work:
+            continue
+        flops = work.get("flops", {}).get("total")
+        images = (work.get("data") or {}).get("images")
+        data = work.get("data") or {}
+        rows.append([
+            cell["cell"], f"{flops / 1e9:.3f}" if flops is not None else "-",
+            f"{flops / images / 1e6:.1f}" if flops is not None and images else "-",
+            sum(work["operators"].values()) if "operators" in work else "-",
+            ", ".join(f"{kind} {c['calls']}, {c['bytes'] / 1e6:.2f}" for kind, c in work["collectives"].items())
+            if "collectives" in work else "-",
+            f"{work['memory']['step_peak_bytes'] / 1e6:.1f}" if "memory" in work else "-",
+            f"{data['images_decoded']}, {data['bytes_read'] / 1e6:.3f}" if "bytes_read" in data else "-",
+            work.get("cost_s", "-"),
+            "; ".join(f"{part}: {why}" for part, why in (work.get("not_counted") or {}).items()),
+        ])
+        if work.get("launches_differ"):
+            rows[-1][-1] += f" (launches counted other {', '.join(work['launches_differ'])})"
+    if len(rows) == 1:
+        return ""
+    notes = "".join(f"<li>{html.escape(note)}</li>" for note in WORK_NOTES)
+    return ("<h2>Counted work</h2><p class='note'>One step of each cell after its timed window, counted rather "
+            "than timed (summed over the training ranks): these do not depend on the machine's speed.</p>"
+            f"<ul class='note'>{notes}</ul>" + _table(rows))
+
+
 def _paired_section(results: Mapping) -> str:
     """An A/B session's cells (``--against``): each cell's ratio and verdict, then every pair."""
     paired = results.get("paired_cells") or []
@@ -251,10 +291,11 @@ def _paired_section(results: Mapping) -> str:
     changed = [*difference.get("commits", []), *(f"{name}: {was} -> {now}" for name, (was, now)
                                                   in (difference.get("launch_environment") or {}).items()),
                *(f"{name} {was} -> {now}" for name, (was, now) in (difference.get("packages") or {}).items())]
-    rows = [["cell", "pairs", "current/reference (interval)", "p", "verdict", "stored baseline's verdict", "flags"]]
+    rows = [["cell", "work", "pairs", "current/reference (interval)", "p", "verdict", "stored baseline's verdict",
+             "flags"]]
     for cell in paired:
         ratio = Estimate.from_json(cell.get("ratio"))
-        rows.append([cell["cell"], len(cell.get("pairs", [])),
+        rows.append([cell["cell"], (cell.get("work") or {}).get("reading") or "-", len(cell.get("pairs", [])),
                      f"{ratio.text(3)} {ratio.confidence:.1%}" if ratio else "-",
                      f"{cell['p_value']:.3g}" if cell.get("p_value") is not None else "-", cell["verdict"],
                      (cell.get("stored_baseline") or {}).get("verdict", "-"),
@@ -323,6 +364,7 @@ def write_report(results: Path | Mapping, out_dir: Path, *, collectives: Path | 
         _paired_section(results),
         _framework_section(cells),
         _breakdown_section(cells),
+        _work_section(cells),
         _communication_section(collectives, cells, results.get("workload")),
         _projection_section(cells),
         _published_section(published),

@@ -75,27 +75,35 @@ def accuracy_rows(results: Sequence[AccuracyResult]) -> list[list[str]]:
 
 
 def paired_rows(results: Sequence[PairedResult]) -> list[list[str]]:
-    """One row per A/B cell: each side's median throughput, their ratio with its interval (at the
+    """One row per A/B cell: whether its sides' counted work moved, each side's median throughput, their ratio with its interval (at the
     level of the look that reached it), the test's p-value, each side's E_G, each side's median
     launch against its measured window (what a launch costs beside what it measures) and the
     verdict; and, where a cell has a stored baseline, the verdict that baseline gives the current
     side's launches."""
     stored = any(r.stored_baseline for r in results)
-    rows = [["cell", "pairs", "reference img/s", "current img/s", "current/reference (interval)", "p",
+    rows = [["cell", "pairs", "work", "reference img/s", "current img/s", "current/reference (interval)", "p",
              "E_G ref / cur", "launch s / measured s, ref | cur", "verdict", *(["stored baseline"] if stored else [])]]
     for r in results:
         baseline_verdict = [r.stored_baseline["verdict"] if r.stored_baseline else "-"] if stored else []
         pairs = str(len(r.pairs)) + "".join(f" ({count} {what})" for count, what in (
             (len(r.left_out), "left out"), (len(r.failures), "failed")) if count)
         times = " | ".join(_launch_times(r.side_times(side)) for side in ("reference", "current"))
+        work = _work_word(r.work_change)
         if not r.pairs or r.verdict is None:
-            rows.append([r.cell.id, pairs, "-", "-", "-", "-", "-", times, r.verdict_kind, *baseline_verdict])
+            rows.append([r.cell.id, pairs, work, "-", "-", "-", "-", "-", times, r.verdict_kind, *baseline_verdict])
             continue
         efficiency = f"{r.efficiency['reference']:.3f} / {r.efficiency['current']:.3f}" if r.efficiency else "-"
-        rows.append([r.cell.id, pairs, f"{r.median('reference'):.1f}", f"{r.median('current'):.1f}",
+        rows.append([r.cell.id, pairs, work, f"{r.median('reference'):.1f}", f"{r.median('current'):.1f}",
                      f"{r.verdict.ratio.text(3)} {r.verdict.ratio.confidence:.1%}", f"{r.verdict.p_value:.3g}",
                      efficiency, times, r.verdict_kind, *baseline_verdict])
     return rows
+
+
+def _work_word(change) -> str:
+    """The work column: whether the sides' counted work moved (the lines under the table say what)."""
+    if change is None or not change.comparable:
+        return "-"
+    return "moved" if change.changed else "same"
 
 
 def _launch_times(times: tuple[float, float] | None) -> str:

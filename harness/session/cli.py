@@ -130,6 +130,9 @@ OPTIONS = (
     Option("--widest-baseline", "widest_baseline", "relative half-width of a cell's 95% interval beyond which "
            "--update-baselines keeps its old baseline, and says why: a burst of other work on the node is not "
            "recorded as the reference", float),
+    Option("--no-count-work", "no_count_work", "launch without counting each rank's work after its timed window "
+           "(operators, FLOPs, collectives, memory, data: one more step, untimed); a cell's results and an A/B "
+           "then say the work was not counted", SWITCH),
     Option("--no-yardstick", "no_yardstick", "judge CPU cells' throughput as measured, not normalised to the "
            "baseline's machine speed by the machine yardstick (e.g. to check the machine itself)", SWITCH),
     Option("--strict-verdicts", "strict", "fail a cell that could not be judged: no baseline, a stale one, or "
@@ -153,7 +156,9 @@ OPTIONS = (
            f"error ({', '.join(SPENDING_RULES)}: Lan-DeMets spending functions of those types)"),
     Option("--duet", "duet", "with --against or --confirm: run the two launches of each pair at once, each on "
            "half of the node's cores (or GPUs), which side gets which half random and balanced; for cells that "
-           "fit in half a node twice", SWITCH),
+           "fit in half a node twice; not with the srun launcher (its two job steps at once would each take the "
+           "node's CPUs, Slurm's GPU binding would override the halves', and the halves would be this process's "
+           "cores, not the compute node's)", SWITCH),
     Option("--confirm", "confirm", "confirm a cell judged fail, inconclusive, machine-differs or stale by an A/B "
            "(as --against) against the environment its baseline was recorded with, rebuilt: a software or a system "
            "change (system only where the rebuild is exact and reproduces the stored figure's move), else unknown "

@@ -11,6 +11,7 @@ from harness.judging.metrics import pool_uncontended, step_samples, summarize, t
 from harness.judging.servers import server_summary
 from harness.judging.stats import Estimate, efficiency_interval, throughput_interval
 from harness.judging.verdicts import Evidence, judge_cell
+from harness.judging.work import against_baseline, launches_work
 from harness.judging.yardstick import from_records
 from harness.rank.cell import Cell
 from harness.rank.contention import outside_share, outside_stall, wait_share
@@ -38,6 +39,9 @@ def evaluate(result: CellResult, *, config: Mapping, baselines: BaselineFile, re
     result.yardstick = from_records(result.records)
     result.cpu_wait_share = wait_share(result.records)
     result.outside_share = outside_share(result.records)
+    result.work = launches_work([run.records for run in result.runs])
+    change = against_baseline((entry or {}).get("work"), result.work)
+    result.work_change = change.to_json() if change else None
     result.throughput = throughput_interval(*step_samples(result.records))
     result.efficiency, result.efficiency_source = efficiency(result, reference_cell, earlier, baselines, config)
     evidence = Evidence(cell_id=result.cell.id, config_hash=result.config_hash, config=config,

@@ -5,13 +5,19 @@ at pre-declared looks whose error is spent (:mod:`harness.judging.sequential`).
 A pair is two launches back to back in balanced random order, or, in a duet (``--duet``), the two
 at once on the two halves of the node, which side gets which half balanced and random. What each
 launch cost is kept: its wall time and measured window. A failed launch is evidence, not a dropped
-pair: it ends the A/B with an ``error`` that names the side. A pair whose two launches saw outside
-work on their cores (another job, the hypervisor's steal) that differs by more than the minimum
-effect, or either of which was contended, is left out, counted and made up for; a step in the
-node's speed within the session that could have made the verdict holds it ``inconclusive``."""
+pair: it ends the A/B with an ``error`` that names the side (in a duet, the one that failed first).
+A pair whose two launches saw outside work on their cores (another job, the hypervisor's steal)
+that differs by more than the minimum effect, or either of which was contended, is left out,
+counted and made up for; a step in the node's speed within the session that could have made the
+verdict holds it ``inconclusive``.
+
+Before any speed verdict the first pair's counted work is compared (:mod:`harness.judging.work`):
+what moved between the sides' steps (operators, FLOPs, collectives, memory, data), or that they did
+the same work; each later launch's work is checked against its side's first."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import statistics
 import time
@@ -27,10 +33,12 @@ from harness.judging.sequential import planned_looks
 from harness.judging.stats import Estimate, throughput_point
 from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.judging.verdicts import Reference
+from harness.judging.work import WorkChange, cell_work, compare_work, work_digest, work_reading
 from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
 from harness.rank.contention import outside_share
+from harness.rank.gate import timed_out_at_gate
 from harness.session.results import to_json
 
 SIDES = ("reference", "current")
@@ -92,6 +100,10 @@ class PairedResult:
     launches: int = 0
     wall_s: float = 0.0
     seed: int = 0
+    work: dict[str, dict | None] | None = None
+    """Each side's counted work in the first pair both sides completed (harness.judging.work.cell_work)."""
+    work_change: WorkChange | None = None
+    """What moved from the reference's work to the current side's in that pair."""
     interrupted: bool = False
     """The session was interrupted (Ctrl-C, the batch system's SIGTERM) before the pairs' rounds were
     over: the verdict judges the pairs measured until then, the launch in flight left out."""
@@ -110,6 +122,23 @@ class PairedResult:
 
     def median(self, side: str) -> float:
         return statistics.median(getattr(pair, side) for pair in self.pairs)
+
+    @property
+    def work_line(self) -> str | None:
+        """The work beside the speed: what moved, or the same work with where a speed change lies
+        then; with the pairs the speed would need where it is undecided."""
+        if self.work_change is None:
+            return None
+        line = work_reading(self.work_change, self.verdict_kind if self.ok else None)
+        needed = self.verdict.pairs_needed if self.verdict and self.work_change.changed else None
+        return f"{line} ({needed})" if needed else line
+
+    def work_differs(self) -> list[str]:
+        """The sides some of whose launches counted other work than their first: counts are exact, so
+        those launches did not run the same steps."""
+        return [side for side in SIDES
+                if len({entry["work_digest"] for entry in self.launch_log
+                        if entry["side"] == side and entry.get("work_digest")}) > 1]
 
     def failed_launches(self, side: str) -> int:
         return sum(failure["side"] == side for failure in self.failures)
@@ -144,7 +173,9 @@ class PairedResult:
                    failures=list(data.get("failures") or []), left_out=list(data.get("left_out") or []),
                    launch_log=list(data.get("launch_log") or []), verdict=verdict, error=data.get("error"),
                    launches=int(data.get("launches") or 0), wall_s=float(data.get("wall_s") or 0.0),
-                   seed=int(data["seed"]), change_p=float(data.get("change_p", 1.0)))
+                   seed=int(data["seed"]), change_p=float(data.get("change_p", 1.0)),
+                   work=(data.get("work") or {}).get("sides"),
+                   work_change=WorkChange.from_json(data["work"]["change"]) if data.get("work") else None)
 
     def to_json(self) -> dict:
         verdict = self.verdict
@@ -164,6 +195,8 @@ class PairedResult:
             "error": self.error, "launches": self.launches, "wall_s": round(self.wall_s, 3), "seed": self.seed,
             "stored_baseline": self.stored_baseline, "change_p": self.change_p,
             "false_discovery": self.false_discovery,
+            "work": {"sides": self.work, "change": self.work_change.to_json(), "reading": self.work_line,
+                     "launches_differ": self.work_differs()} if self.work_change else None,
             "interrupted": self.interrupted,
         }
 
@@ -351,19 +384,20 @@ def _one_pair(result: PairedResult, order: str, pair_of: PairFn, settings: PairS
                          throughput_as_stored=summarize(trim_warmup(run.records)[0]).throughput,
                          window_throughputs=window_figures(run), outside_share=outside_share(run.records),
                          spent=where_time_went(run),
-                         launch_facts=[record.get("launch_facts") for record in run.records])
+                         launch_facts=[record.get("launch_facts") for record in run.records],
+                         work_digest=work_digest(cell_work(run.records)))
         result.launch_log.append(entry)
 
     runs = pair_of(order, launched)
-    failed = [side for side, run in runs.items() if not run.ok]
-    if failed:
-        side = failed[0]
+    if result.work_change is None and all(run.ok for run in runs.values()):
+        result.work = {side: cell_work(run.records) for side, run in runs.items()}
+        result.work_change = compare_work(result.work["reference"], result.work["current"])
+    if side := first_to_fail(runs):
         run = runs[side]
         first_line = (run.error or run.status).strip().splitlines()[0]
         result.failures.append({"side": side, "order": order, "pair": index, "status": run.status, "error": first_line})
-        other = [s for s in runs if s != side]
         result.error = (f"the {side} side's launch {_status_words(run.status)} in pair {index + 1} ({order})"
-                        + (f" where the {other[0]}'s completed" if other and runs[other[0]].ok else "")
+                        + _other_side_words(runs, side)
                         + f": {first_line}; {result.failed_launches('reference')} of the reference's and "
                           f"{result.failed_launches('current')} of the current side's launches failed")
         return
@@ -373,6 +407,26 @@ def _one_pair(result: PairedResult, order: str, pair_of: PairFn, settings: PairS
         result.left_out.append({"pair": index, "order": order, **figures, "outside_share": shares, "why": why})
         return
     result.pairs.append(Pair(order=order, **figures))
+
+
+def first_to_fail(runs: Mapping[str, CellRun]) -> str | None:
+    """The side whose launch failed first, where any did. Back to back, a pair ends at its first
+    failure. In a duet, a side whose other side died before its window fails too, later: silent at
+    the gate until the runner ends it, or timed out there. So the side the runner saw end first is
+    named, and never one whose ranks timed out at the gate while the other's did not (that one may
+    have hung with more silence allowed than the gate's wait)."""
+    failed = [side for side, run in runs.items() if not run.ok]
+    return min(failed, default=None, key=lambda side: (timed_out_at_gate(runs[side].error),
+                                                       runs[side].ended_epoch or math.inf))
+
+
+def _other_side_words(runs: Mapping[str, CellRun], side: str) -> str:
+    other = next((name for name in runs if name != side), None)
+    if other is None:
+        return ""
+    if runs[other].ok:
+        return f" where the {other}'s completed"
+    return f" before the {other}'s, which then {_status_words(runs[other].status)}"
 
 
 def _outside_work(shares: Mapping[str, float | None], settings: PairSettings) -> str | None:
@@ -436,14 +490,16 @@ def confirmed_by(paired: PairedResult, rebuild: Rebuild, *, stored: Estimate, ba
     """What an A/B of the current environment against the baseline's, rebuilt as ``rebuild`` says,
     makes of a cell's stored move (``stored``: its figure over the baseline's, whose band is
     ``band``): the reference side's launches are the baseline environment's figure on this node now,
-    each computed as a stored figure is (its warm-up trimmed), not as the pairs' ratio takes it."""
+    each computed as a stored figure is (its warm-up trimmed), not as the pairs' ratio takes it. A
+    launch that failed leaves the cause ``unknown``, naming the failure, whatever the pairs before it
+    said: their verdict comes from a look the plan did not make, and the failure may be the change's."""
     verdict = paired.verdict
     as_stored = [entry["throughput_as_stored"] for entry in paired.launch_log
                  if entry["side"] == "reference" and entry["status"] == "ok"]
     now = figure_now(as_stored, band.value) if as_stored else None
     split = Split.of(stored, verdict.ratio if verdict else None, now,
                      judged_now(now, band, len(as_stored)) if now else None)
-    error = None if verdict else paired.error or ("interrupted" if paired.interrupted else "no pair was judged")
+    error = paired.error or (None if verdict else "interrupted" if paired.interrupted else "no pair was judged")
     return Confirmation.of(conclude(rebuild, split, verdict=verdict, error=error, difference=difference), rebuild,
                            paired)
 

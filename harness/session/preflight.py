@@ -16,7 +16,7 @@ from harness.config.options import SuiteError, SuiteOptions
 from harness.data.dataset import DatasetError, ensure, validate_image_folder
 from harness.data.tfrecord import TFRecordError, convert, open_tfrecord_set
 from harness.launch.launchers import LAUNCHERS, Launcher, gpus_a_job_step_sees
-from harness.launch.runner import RunLimits
+from harness.launch.runner import RunLimits, worker_options
 from harness.machine import allocation
 from harness.machine.package_sets import import_error
 from harness.machine.references import Environment
@@ -25,6 +25,7 @@ from harness.rank.frameworks import FRAMEWORKS, has_servers, numerics_unsupporte
 from harness.rank.loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
 from harness.rank.models import MODELS
 from harness.rank.runtime import unavailable as runtime_unavailable
+from harness.rank.spec import RankOptions, options_unknown_to
 from harness.store.baselines import BaselineFile
 from harness.store.history import read as read_history
 
@@ -104,6 +105,18 @@ def cannot_start_in(reference: Environment, framework: str) -> str | None:
     return None
 
 
+def worker_cannot_pair(reference: Environment, options: RankOptions) -> str | None:
+    """Why ``reference``'s ranks cannot take one side of pairs launched with ``options``, asked
+    before any launch: its harness (an older commit's) does not know an option the pairs set, and
+    would run without it where the current side runs with it (harness.rank.spec.MAY_RUN_WITHOUT
+    names those it may). None where it knows them."""
+    if lacking := options_unknown_to(worker_options(reference.source), options):
+        return (f"the {reference.label}'s harness predates the rank option(s) {', '.join(lacking)} that both sides "
+                "of each pair run with: its ranks would run without them, unlike the current side's; compare "
+                "against a commit that has them")
+    return None
+
+
 def usable_launcher(name: str, environment: dict, partition: str | None = None, unset: tuple[str, ...] = ()
                     ) -> Launcher:
     launcher = LAUNCHERS.create(name, environment=environment, unset=unset, partition=partition)
@@ -115,6 +128,18 @@ def usable_launcher(name: str, environment: dict, partition: str | None = None, 
         raise SuiteError(f"launcher {name} is not usable: {reason}. Choose another with --launcher "
                          f"({', '.join(LAUNCHERS.names())})")
     return launcher
+
+
+def check_duet(options: SuiteOptions, launcher: str) -> None:
+    """``--duet`` with the srun launcher is refused before any launch: its two launches would be two
+    job steps at once, each of which takes the node's CPUs without ``--overlap`` (the second waits, the
+    first dies at the gate), Slurm's GPU binding overrides each half's ``CUDA_VISIBLE_DEVICES``, and
+    the core halves come from this process's affinity, not the compute node's."""
+    if options.duet and launcher == "srun":
+        raise SuiteError("--duet cannot run with the srun launcher: two job steps at once without --overlap each "
+                         "take the node's CPUs, Slurm's GPU binding overrides each half's CUDA_VISIBLE_DEVICES, and "
+                         "the core halves come from this process's affinity, not the compute node's; measure the "
+                         "pairs back to back (without --duet)")
 
 
 GPU_DEVICE_FILES = ("/proc/driver/nvidia/gpus", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")

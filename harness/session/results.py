@@ -51,6 +51,12 @@ class CellResult:
     """Software that changed since the baseline was recorded (``"torch 2.13.1 -> 2.14.1"``)."""
     baseline_throughput: float | None = None
     """The stored baseline's throughput the cell was judged against, where it has one."""
+    work: dict | None = None
+    """The work a step of the cell did, counted after its launches' windows
+    (harness.judging.work.launches_work); None where no launch counted."""
+    work_change: dict | None = None
+    """What moved from the baseline's counted work (harness.judging.work.against_baseline, as JSON),
+    where the baseline holds some."""
     confirmation: dict | None = None
     """``--confirm``: the A/B against the baseline's environment that says whether the software or
     the system changed (harness.session.paired.Confirmation, as JSON)."""
@@ -84,6 +90,7 @@ class CellResult:
             "cpu_wait_share": self.cpu_wait_share, "outside_share": self.outside_share,
             "contended_runs": self.contended_runs, "stack_changes": self.stack_changes,
             "baseline_throughput": self.baseline_throughput, "confirmation": self.confirmation,
+            "work": self.work, "work_change": self.work_change,
             "orphans_killed": [pid for run in self.runs for pid in run.orphans_killed],
             "orphans_elsewhere": {host: pids for run in self.runs for host, pids in run.orphans_elsewhere.items() if pids},
             "records": self.records or self.run.records,

@@ -22,8 +22,8 @@ from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import write_json_atomic
 from harness.config.cells import PROFILES, AccuracyCell, AccuracySettings, Profile, accuracy_cells, config_hash
 from harness.config.options import SuiteError, SuiteOptions, check_settings
-from harness.judging.confirmation import (UNKNOWN, Rebuild, Setting, Split, conclude, judged_now, plan_rebuild,
-                                          rebuilt_code_missing, scaled)
+from harness.judging.confirmation import (SOFTWARE, UNKNOWN, Rebuild, Setting, Split, conclude, judged_now,
+                                          plan_rebuild, rebuilt_code_missing, scaled, software_by_work)
 from harness.judging.kinds import PairedKind, VerdictKind
 from harness.judging.paired import repeated_p_value
 from harness.judging.recording import accuracy_entry, baseline_entries
@@ -170,6 +170,7 @@ class Suite:
         if self.prepared:
             return self.prepared
         options = self.options
+        preflight.check_duet(options, self.launcher_name)
         if options.gpus:
             preflight.check_rank_counts(options, self.cells(), self.ps_servers, *self._rank_capacity)
         preflight.check_numerics(self.cells(), self.uses_gpus)
@@ -281,9 +282,12 @@ class Suite:
         ready = self.prepare()
         band = ready.baselines.reference(result.cell.id, "throughput")
         interrupt = None
+        entry = ready.baselines.entry(result.cell.id) or {}
         if band is None or result.throughput is None:
             confirmation = Confirmation(cause=UNKNOWN, message="unknown: the baseline has no throughput figure to "
                                                                "confirm a move of")
+        elif moved := software_by_work(result.work_change, entry.get("config_hash") == result.config_hash):
+            confirmation = Confirmation(cause=SOFTWARE, message=moved)
         else:
             stored = scaled(result.throughput, 1 / band.value)
             rebuild, reference = self._baseline_environment(result)
@@ -316,13 +320,14 @@ class Suite:
         then = Setting(commit=recorded.get("git_commit"), code=recorded.get("code"), runtime=runtime,
                        packages=environments.load(self.options.baselines_dir, package_set) if package_set else None,
                        stack=entry["fingerprint"].get("stack") if entry.get("fingerprint") else None,
-                       launch_environment=recorded.get("launch_environment"), launcher=recorded.get("launcher"))
+                       launch_environment=recorded.get("launch_environment"), launcher=recorded.get("launcher"),
+                       layout=entry["fingerprint"].get("hardware") if entry.get("fingerprint") else None)
         now = Setting(commit=ready.current_environment.commit, committed=not references.uncommitted_changes(),
                       code=ready.provenance.get("code"), runtime=runtime,
                       packages=ready.packages if runtime == "torch" else packages_of(interpreter(runtime)),
                       stack=(result.fingerprint or {}).get("stack"),
                       launch_environment=rank_settings(os.environ, self.launch_environment),
-                      launcher=result.run.launcher)
+                      launcher=result.run.launcher, layout=(result.fingerprint or {}).get("hardware"))
         workload = config_change(entry, Evidence(cell_id=result.cell.id, config_hash=result.config_hash,
                                                  config=dataclasses.asdict(ready.workload),
                                                  throughput=result.throughput))
@@ -377,6 +382,8 @@ class Suite:
 
         o = self.options
         settings = self.pair_settings
+        if reason := preflight.worker_cannot_pair(reference, self._pair_rank_options()):
+            return PairedResult(cell=cell, reference=reference, duet=o.duet, error=reason), None
         together = None
         if o.duet:
             if reason := self._cannot_duet(cell, reference):
@@ -480,6 +487,7 @@ class Suite:
     def _rank_options(self) -> RankOptions:
         ready = self.prepare()
         return RankOptions(device=self.options.device, cores_per_rank=ready.cores_per_rank or None,
+                           count_work=self.options.count_work,
                            fault=Fault(**self.options.fault) if self.options.fault else None)
 
     def _measured_enough(self, result: CellResult, started: float, last_wall_s: float) -> bool:

@@ -20,7 +20,7 @@ SCHEMA_VERSION = 1
 METRICS = {"throughput": "img/s", "efficiency": "", "accuracy": ""}
 """Every metric is higher-is-better; accuracy is the accuracy cells' final validation accuracy (0-1)."""
 OPTIONAL_FIELDS = {"config_hash": str, "config": dict, "fingerprint": dict, "breakdown": dict, "yardstick": dict,
-                   "provenance": dict}
+                   "provenance": dict, "work": dict}
 """What an entry's other fields must be when present and not null: judging a cell reads them."""
 
 
@@ -143,7 +143,7 @@ class BaselineFile:
                 else:
                     changes.append(f"{cell_id}: {metric} {before:.4g} -> {value:.4g} ({(value / before - 1):+.1%})")
             new.update(config_hash=result["config_hash"], config=result["config"], provenance=result["provenance"])
-            for optional in ("fingerprint", "breakdown", "yardstick", "cpu_wait_share"):
+            for optional in ("fingerprint", "breakdown", "yardstick", "cpu_wait_share", "work"):
                 if result.get(optional) is not None:
                     new[optional] = result[optional]
                 else:  # the old one described the old figures

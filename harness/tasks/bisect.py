@@ -55,6 +55,7 @@ from harness.judging.kinds import PairedKind
 from harness.judging.paired import ALPHA, SPENDING_RULE
 from harness.judging.sequential import planned_looks
 from harness.judging.tunables import DEFAULT_TUNABLES
+from harness.judging.work import cell_work, compare_work, work_digest
 from harness.launch.runner import CellRun
 from harness.machine import references
 from harness.machine.provenance import installed_packages
@@ -66,9 +67,11 @@ from harness.session.suite import Suite
 from harness.tasks.bisect_points import (BisectError, Point, commit_points, package_moves, package_points,
                                          package_sets_of, version_points)
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 """2: the state is bound to its launch settings (``binding``), keeps a verification's pairs as they
-come (``verifying``) and the fixes found (``fixes``)."""
+come (``verifying``) and the fixes found (``fixes``); 3: whether it places its midpoints by their
+counted work or by their speed (``by``), each point's work (``work``) and the ranges whose ends
+count the same work (``same_work``)."""
 
 
 class BudgetSpent(RuntimeError):
@@ -92,6 +95,9 @@ class Settings:
     """How a step's looks and a verification's spend the error (the suite's ``--spending``)."""
     max_launches: int = 600
     max_seconds: float = 6 * 3600.0
+    by: str = "auto"
+    """How midpoints are placed: ``work`` (one launch a point, by the work a step counts), ``time``
+    (rounds of launches, by speed) or ``auto`` (by work where the range's ends count different work)."""
 
 
 def cell_options(cell_id: str) -> dict:
@@ -118,7 +124,8 @@ def launch_settings(*, workload: Workload, launcher: str, cores_per_rank: int | 
     named: dict[str, object] = {f"workload {name}": value for name, value in dataclasses.asdict(workload).items()}
     named.update({"launcher": launcher, "cores per rank": cores_per_rank, "device": device, "system": system,
                   "min effect": settings.min_effect, "rounds": settings.rounds, "max rounds": settings.max_rounds,
-                  "verify pairs": settings.verify_pairs, "alpha": settings.alpha, "spending rule": settings.rule})
+                  "verify pairs": settings.verify_pairs, "alpha": settings.alpha, "spending rule": settings.rule,
+                  "placed by": settings.by})
     named.update({f"launch env {name}": value for name, value in sorted(launch_environment.items())})
     named.update({f"package {name}": version for name, version in sorted(packages.items())})
     return json.loads(json.dumps(named, default=str))  # as the state file gives them back
@@ -159,7 +166,8 @@ class Bisect:
         self.state = self._load_state(bound) or {
             "version": STATE_VERSION, "cell": cell.id, "repo": str(repo), "points": self.keys, "binding": bound,
             "pending": [[0, len(points) - 1]], "current": None, "verifying": None, "steps": [], "culprits": [],
-            "fixes": [], "unresolved": [], "accounting": None, "launches": 0, "spent_s": 0.0, "done": False}
+            "fixes": [], "unresolved": [], "accounting": None, "launches": 0, "spent_s": 0.0, "done": False,
+            "by": None, "work": {}, "same_work": []}
         self._spent_before = self.state["spent_s"]
 
     # -- state ---------------------------------------------------------------------------------
@@ -228,7 +236,10 @@ class Bisect:
         while self.state["current"] or self.state["pending"]:
             if self.state["current"] is None:
                 low, high = self.state["pending"][-1]
+                if self.by_work and self._same_work(low, high):
+                    continue
                 if high - low == 1:
+                    self._choose_by()
                     self._verify(high)  # takes the range off the pending ones once the change is recorded
                     continue
                 self.state["pending"].pop()
@@ -240,6 +251,71 @@ class Bisect:
         self._save()
         return self.state
 
+    # -- by counted work --------------------------------------------------------------------------
+    @property
+    def by_work(self) -> bool:
+        return self.state["by"] == "work"
+
+    def _choose_by(self) -> None:
+        """Once: by counted work where the range's ends count different work (``--by auto``), one
+        launch a point; else by time, in rounds. The ends' launches are kept for the work's steps."""
+        if self.state["by"] is not None:
+            return
+        if self.settings.by == "time":
+            self.state["by"] = "time"
+            return
+        last = len(self.points) - 1
+        good, bad = self._work_of(0), self._work_of(last)
+        if good is None or bad is None:
+            why = "an end's launch counted no work (a harness without counting, or a failed launch)"
+        elif work_digest(good) == work_digest(bad):
+            why = "the ends count the same work"
+        else:
+            self.state["by"] = "work"
+            self.say(f"dlscale-bisect: the ends differ in the work a step does ({compare_work(good, bad).text()}): "
+                     "each midpoint placed by its work, one launch a point")
+            self._save()
+            return
+        if self.settings.by == "work":
+            raise BisectError(f"--by work: {why}, so no midpoint can be placed by its work")
+        self.state["by"] = "time"
+        self.say(f"dlscale-bisect: {why}: each midpoint placed by its speed, in rounds")
+        self._save()
+
+    def _work_of(self, index: int) -> dict | None:
+        """The work a step of the point counts, from one launch of it (kept: launched once); None
+        where its launch failed or counted none."""
+        key = self.keys[index]
+        if key not in self.state["work"]:
+            run = self.launch(index)
+            self.state["work"][key] = cell_work(run.records) if run.ok else None
+            self._save()
+        return self.state["work"][key]
+
+    def _same_work(self, low: int, high: int) -> bool:
+        """A pending range whose ends count the same work holds no change of work: it is dropped."""
+        if work_digest(self._work_of(low)) != work_digest(self._work_of(high)):
+            return False
+        self.state["pending"].pop()
+        self.state["same_work"].append([self.keys[low], self.keys[high]])
+        self._save()
+        return True
+
+    def _place_by_work(self, step: dict, low: int, mid: int, high: int) -> bool:
+        """Places the midpoint by its work; False where it is skipped (its launch failed)."""
+        work = self._work_of(mid)
+        if work is None:
+            self._skip(step, "its launch failed or counted no work")
+            return False
+        kind = bisection.place_by_work(*(work_digest(self._work_of(index)) for index in (low, mid, high)))
+        evidence = {"against_good": compare_work(self._work_of(low), work).text(),
+                    "against_bad": compare_work(self._work_of(high), work).text()}
+        self._placed(step, low, mid, high, kind, "work",
+                     evidence, f"against {self.points[low].short}: {evidence['against_good']}; against "
+                               f"{self.points[high].short}: {evidence['against_bad']}")
+        return True
+
+    # -- a step: its midpoint placed by its work, or by rounds of launches ----------------------
     def _step(self) -> None:
         step = self.state["current"]
         low, high = step["range"]
@@ -249,6 +325,11 @@ class Bisect:
                 self.environment(mid)
             except references.ReferenceError as error:
                 self._skip(step, f"cannot be built: {error}")
+                continue
+            self._choose_by()  # once a midpoint can be built: bad input is said before any launch
+            if self.by_work:
+                if self._place_by_work(step, low, mid, high):
+                    return
                 continue
             placement = self._rounds(step, low, mid, high)
             if placement is None:
@@ -323,11 +404,15 @@ class Bisect:
         kind, placed_by = placement.kind, "test"
         if kind == bisection.UNCLEAR:
             kind, placed_by = bisection.lean(placement), "position"
+        self._placed(step, low, mid, high, kind, placed_by, placement.to_json(), placement.message)
+
+    def _placed(self, step: dict, low: int, mid: int, high: int, kind: str, placed_by: str, evidence: dict,
+                message: str) -> None:
         halves = [[mid, high], [low, mid]] if kind in bisection.BOTH_HALVES else \
             {bisection.LIKE_GOOD: [[mid, high]], bisection.LIKE_BAD: [[low, mid]]}[kind]
         self.state["pending"] += halves
         record = {"range": [self.keys[low], self.keys[high]], "mid": self.keys[mid], "placement": kind,
-                  "placed_by": placed_by, "evidence": placement.to_json(), "rounds": step["rounds"],
+                  "placed_by": placed_by, "evidence": evidence, "rounds": step["rounds"],
                   "looks": step["looks"], "failed": step["failed"], "skipped": step["skipped"]}
         self.state["steps"].append(record)
         self.state["current"] = None
@@ -337,7 +422,7 @@ class Bisect:
         low_confidence = " (placed by its position alone: the tests stayed unclear)" if placed_by == "position" else ""
         self.say(f"step {len(self.state['steps'])}: {high - low - 1} point(s) between "
                  f"{self.points[low].short} and {self.points[high].short}; midpoint {self.label(mid)}: {kind}"
-                 f"{low_confidence}{both}\n  {placement.message}; {self.state['launches']} launches so far")
+                 f"{low_confidence}{both}\n  {message}; {self.state['launches']} launches so far")
 
     def _verify(self, culprit: int) -> None:
         """The change at ``culprit`` against the point before it (its parent commit, the version
@@ -393,13 +478,22 @@ class Bisect:
     def _record_change(self, parent: int, culprit: int, paired: PairedResult) -> None:
         kind = paired.verdict_kind
         evidence = paired.verdict.message if paired.verdict else paired.error
-        if kind != PairedKind.REGRESSED and (parent, culprit) == (0, len(self.points) - 1):
+        whole = (parent, culprit) == (0, len(self.points) - 1)  # the pairs measured the range's own ends
+        # by work, a change of work whose speed the pairs could not tell stands; one the ends show faster does not
+        if whole and (kind == PairedKind.IMPROVED if self.by_work else kind != PairedKind.REGRESSED):
             raise BisectError(f"the good end is not faster than the bad one: {kind}, {evidence}")
+        work = None
         fix = kind == PairedKind.IMPROVED
+        if self.by_work:  # the change is its work's, verified by its work against its parent's; the pairs state its speed
+            work = compare_work(self._work_of(parent), self._work_of(culprit))
+            verified = work.changed
+            evidence = f"{work.text()}; speed: {kind}, {evidence}"
+        else:
+            verified = kind in (PairedKind.REGRESSED, PairedKind.IMPROVED)
         verdict = paired.verdict
         record = {"point": self.keys[culprit], "parent": self.keys[parent], "label": self.label(culprit),
-                  "verified": kind in (PairedKind.REGRESSED, PairedKind.IMPROVED), "verdict": kind,
-                  "evidence": evidence,
+                  "verified": verified, "verdict": kind, "evidence": evidence,
+                  **({"work": work.to_json()} if work else {}),
                   "ratio": {"ratio": verdict.ratio.value, "low": finite_or_none(verdict.ratio.low),
                             "high": finite_or_none(verdict.ratio.high), "level": verdict.look.level}
                   if verdict else None,
@@ -411,15 +505,17 @@ class Bisect:
         self.state["pending"].pop()
         self._save()
         said = "fix" if fix else "culprit"
-        self.say(f"{said} {self.label(culprit)}: {'verified' if record['verified'] else 'NOT confirmed'} against "
-                 f"{self.label(parent)}: {kind}, {evidence}")
+        how = " by its work" if self.by_work else ""
+        self.say(f"{said} {self.label(culprit)}: {'verified' if record['verified'] else 'NOT confirmed'}{how} against "
+                 f"{self.label(parent)}: {evidence if self.by_work else f'{kind}, {evidence}'}")
 
     def _account(self) -> None:
         """Whether the changes verified account for the range's slowdown, measured as bad/good by its
         first step's rounds; and which fix undid which culprit. A range of one point has no step: its
-        one verification is the range's change."""
+        one verification is the range's change, and a bisect by work measures no range's speed."""
         whole = [self.keys[0], self.keys[-1]]
-        first = next((step for step in self.state["steps"] if step["range"] == whole), None)
+        first = next((step for step in self.state["steps"] if step["range"] == whole and step["placed_by"] != "work"),
+                     None)
         culprits = [culprit for culprit in self.state["culprits"] if culprit["verified"]]
         fixes = [fix for fix in self.state["fixes"] if fix["verified"]]
         if first is not None:
@@ -468,6 +564,10 @@ def _parser() -> argparse.ArgumentParser:
     steps.add_argument("--verify-pairs", type=int, default=Settings.verify_pairs,
                        help="pairs of the culprit's A/B against the point before it, doubled while unclear "
                             "(default %(default)s)")
+    steps.add_argument("--by", choices=("auto", "work", "time"), default=Settings.by,
+                       help="place each midpoint by the work a step counts (one launch a point), by its speed (rounds "
+                            "of launches), or by work where the range's ends count different work (default "
+                            "%(default)s)")
     steps.add_argument("--max-launches", type=int, default=Settings.max_launches, help="default %(default)s")
     steps.add_argument("--max-time", type=float, default=Settings.max_seconds, help="seconds (default %(default)s)")
     steps.add_argument("--seed", type=int)
@@ -553,7 +653,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.min_effect is not None and not 0 < args.min_effect < 1:
         parser.error(f"--min-effect must lie between 0 and 1, got {args.min_effect}")
     settings = Settings(rounds=args.rounds, max_rounds=max(args.rounds, args.max_rounds), min_effect=args.min_effect,
-                        verify_pairs=args.verify_pairs, max_launches=args.max_launches, max_seconds=args.max_time)
+                        verify_pairs=args.verify_pairs, max_launches=args.max_launches, max_seconds=args.max_time,
+                        by=args.by)
     state_path = args.state or Path("results") / "bisect" / f"{args.cell}.state.json"
     json_path = args.json or Path("results") / "bisect" / f"{args.cell}.json"
     try:

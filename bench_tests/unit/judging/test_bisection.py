@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from harness.judging.bisection import (BETWEEN, BEYOND, LIKE_BAD, LIKE_GOOD, ORDERS, UNCLEAR, Round, account, lean,
-                                       midpoint_candidates, pairs_of, place, position, product, round_orders,
-                                       undoes)
+                                       midpoint_candidates, pairs_of, place, place_by_work, position, product,
+                                       round_orders, undoes)
 from harness.judging.sequential import look_levels
 from harness.judging.stats import Estimate
 
@@ -162,3 +162,9 @@ def test_the_changes_found_must_account_for_the_ranges_slowdown():
 def test_a_fix_undoes_the_culprit_whose_slowdown_it_takes_back():
     assert undoes(ratio(0.4, 0.04), ratio(2.5, 0.05), 0.03)
     assert not undoes(ratio(0.4, 0.04), ratio(1.43, 0.05), 0.03)
+
+
+def test_a_midpoint_is_placed_by_the_work_it_counts():
+    assert place_by_work("a", "b", "b") == LIKE_BAD
+    assert place_by_work("a", "a", "b") == LIKE_GOOD
+    assert place_by_work("a", "c", "b") == BETWEEN  # the work moved before it and after it

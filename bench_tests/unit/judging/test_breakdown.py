@@ -9,8 +9,9 @@ import torch
 from harness.judging.breakdown import (Breakdown, BreakdownUnavailable, CellBreakdown, as_breakdown,
                                        attribute_regression, breakdown_rows, cell_breakdown, has_breakdown,
                                        rank_breakdown)
-from harness.rank.frameworks.base import Trainer
 from harness.rank.trainloop import ComputeProbe, DelayedBatches, train
+
+from bench_tests.local_adapter import LocalAdapter
 
 
 def record(rank=0, *, steps=4, data=0.1, fwd_bwd=0.8, optimizer=0.1, probes=(0.6, 0.6, 0.7)):
@@ -118,36 +119,6 @@ def test_breakdown_rows_mark_the_slowest_rank():
 
 
 # -- the training loop's timers ---------------------------------------------------------------------
-
-
-class LocalAdapter(Trainer):
-    """A one-process stand-in: plain autograd, no collectives."""
-
-    name = "local"
-
-    def setup(self, rank, device):
-        pass
-
-    def wrap(self, model, optimizer, loss_fn):
-        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
-
-    def forward_backward(self, images, labels):
-        loss = self.loss_fn(self.model(images), labels)
-        loss.backward()
-        return loss.detach()
-
-    def optimizer_step(self):
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def average(self, tensor):
-        return tensor
-
-    def barrier(self):
-        pass
-
-    def shutdown(self):
-        pass
 
 
 def batches(n=4):

@@ -16,8 +16,11 @@ from harness.judging.verdicts import Reference
 PACKAGES = {"python": "3.11.7", "torch": "2.14.1", "numpy": "2.4.6", "dlscale": "0.1"}
 CODE = {"harness": "c0de", "figures": "f1g5"}
 STACK = {"python": "3.11.7", "torch": "2.14.1", "mpi": "mpirun (Open MPI) 4.1.4"}
+LAYOUT = {"cpu": "AMD EPYC", "cores": 4, "nodes": 1, "ranks": 2, "device": "cpu", "threads_per_rank": 2,
+          "cores_per_rank": 2, "processes_per_node": 2}
+"""The fingerprint's hardware facts: the node, and how the ranks were laid out on it."""
 RECORDED = Setting(commit="a" * 40, code=CODE, packages=PACKAGES, stack=STACK,
-                   launch_environment={"OMP_PROC_BIND": "close"}, launcher="mpirun")
+                   launch_environment={"OMP_PROC_BIND": "close"}, launcher="mpirun", layout=LAYOUT)
 PROJECT = frozenset({"dlscale"})
 BAND = Reference(value=100.0, lower=-0.1, upper=0.1, unit="img/s")
 EXACT = Rebuild(commit="a" * 40, parts=("pkg:torch==2.14.1",))
@@ -26,7 +29,7 @@ EXACT = Rebuild(commit="a" * 40, parts=("pkg:torch==2.14.1",))
 def now(**changes) -> Setting:
     """The current setting: the recorded one with ``changes``, at another commit."""
     fields = dict(commit="b" * 40, code=CODE, packages=PACKAGES, stack=STACK,
-                  launch_environment={"OMP_PROC_BIND": "close"}, launcher="mpirun")
+                  launch_environment={"OMP_PROC_BIND": "close"}, launcher="mpirun", layout=LAYOUT)
     return Setting(**{**fields, **changes})
 
 
@@ -100,6 +103,15 @@ def test_the_same_code_at_another_commit_is_the_current_environment():
     (RECORDED, now(launcher="srun"), "launcher: the baseline was launched by mpirun, this session launches by srun"),
     (Setting(commit=None, code=CODE, packages=PACKAGES, stack=STACK, launch_environment={}, launcher="mpirun"),
      now(launch_environment={}), "commit: the baseline records no git commit"),
+    (RECORDED, now(layout={**LAYOUT, "cores_per_rank": 1, "threads_per_rank": 1}),
+     "layout: cores_per_rank 2 -> 1, threads_per_rank 2 -> 1 (the ranks are laid out otherwise than when the "
+     "baseline was recorded)"),
+    (RECORDED, now(layout={**LAYOUT, "nodes": 2, "processes_per_node": 1}),
+     "layout: nodes 1 -> 2, processes_per_node 2 -> 1"),
+    (RECORDED, now(layout=None), "layout: nodes 1 -> (none), processes_per_node 2 -> (none)"),
+    (Setting(commit="a" * 40, code=CODE, packages=PACKAGES, stack=STACK, launch_environment={}, launcher="mpirun"),
+     now(launch_environment={}), "layout: the baseline records no rank layout (no fingerprint)"),
+    (RECORDED, now(layout={**LAYOUT, "cpu": "Intel Xeon", "cores": 8}), None),  # the node, which is the system's
 ])
 def test_a_part_that_cannot_be_rebuilt_is_named(recorded, current, named):
     rebuild = plan_rebuild(recorded, current, project=PROJECT)
@@ -108,6 +120,25 @@ def test_a_part_that_cannot_be_rebuilt_is_named(recorded, current, named):
         return
     assert not rebuild.exact
     assert any(line.startswith(named) for line in rebuild.missing), rebuild.missing
+
+
+def test_a_rebuild_on_half_the_cores_per_rank_is_not_exact_and_cannot_make_the_move_the_systems():
+    """``--confirm --duet`` halves the cores per rank: the baseline's environment, rebuilt on half the
+    cores, runs as slowly as the cell did, so an A/B ``same`` and the move reproduced would make the
+    cell's shortfall the node's, which ``--system-changes pass`` then excuses. The layout is not the
+    baseline's, so the cause stays ``unknown``, naming it."""
+    halved = {**LAYOUT, "cores_per_rank": 1, "threads_per_rank": 1}
+    rebuild = plan_rebuild(RECORDED, now(packages={**PACKAGES, "torch": "2.15.0"}, layout=halved), project=PROJECT)
+    assert rebuild.parts == ("pkg:torch==2.14.1",) and not rebuild.exact
+    assert rebuild.missing == ("layout: cores_per_rank 2 -> 1, threads_per_rank 2 -> 1 (the ranks are laid out "
+                               "otherwise than when the baseline was recorded)",)
+    same = verdict(PairedKind.SAME, 1.0, 0.98, 1.02)
+    said = conclude(rebuild, Split.of(STORED, same.ratio, ratio(0.6, 0.58, 0.62), VerdictKind.FAIL), verdict=same)
+    assert said.cause == "unknown" and "not rebuilt: layout: cores_per_rank 2 -> 1" in said.message
+    # nothing else changed: no A/B to run, and the cell's own figure is still not the baseline's layout's
+    unchanged = plan_rebuild(RECORDED, now(layout=halved), project=PROJECT)
+    assert unchanged.identical and not unchanged.exact
+    assert conclude(unchanged, Split.identical(STORED, VerdictKind.FAIL)).cause == "unknown"
 
 
 def test_another_workload_cannot_be_rebuilt():
@@ -249,3 +280,21 @@ def test_where_only_what_cannot_be_rebuilt_differs_nothing_is_launched_and_it_is
     assert said.cause == "unknown" and said.message.startswith(
         "unknown: what can be rebuilt of the baseline's environment is the current one, so no A/B can show a software "
         "change; not rebuilt: stack: mpi mpirun (Open MPI) 4.1.4 -> mpirun (Open MPI) 4.1.6")
+
+
+def test_other_work_than_the_baselines_is_the_softwares_before_any_rebuild():
+    from harness.judging.confirmation import software_by_work
+    from harness.judging.work import compare_work
+
+    def work(convolution: int, bytes_read: int = 100) -> dict:
+        return {"flops": {"total": convolution, "by_operator": {"aten::convolution": convolution}},
+                "data": {"images": 8, "bytes_read": bytes_read}, "not_counted": {}}
+
+    wider = compare_work(work(1000), work(1060)).to_json()
+    said = software_by_work(wider, same_workload=True)
+    assert said.startswith("software: the cell does other work per step than at its baseline, counted with the "
+                           "same packages and workload (work: +6.0% FLOPs (aten::convolution)")
+    assert software_by_work(wider, same_workload=False) is None  # another workload does other work
+    assert software_by_work(compare_work(work(1000), work(1000)).to_json(), same_workload=True) is None
+    assert software_by_work(compare_work(work(1000), work(1000, 120)).to_json(), same_workload=True) is None
+    assert software_by_work(None, same_workload=True) is None

@@ -1,6 +1,6 @@
 """harness.judging.outcome: when a judged cell's test fails, and what it says."""
-from harness.judging.kinds import VerdictKind
-from harness.judging.outcome import Confirmed, FailureRule, failure_message, judged_line, to_confirm
+from harness.judging.kinds import PairedKind, VerdictKind
+from harness.judging.outcome import Confirmed, FailureRule, decided_line, failure_message, judged_line, to_confirm
 from harness.judging.verdicts import Verdict
 
 CELL = "ddp-synthetic-resnet50-g2"
@@ -101,3 +101,20 @@ def test_the_last_line_says_how_many_cells_were_judged_and_the_next_step_where_n
     assert judged_line(["pass", "inconclusive", "faster"]) == "dlscale: 3 of 3 cells judged"
     assert judged_line(["error", "error"]) == "dlscale: 0 of 2 cells judged (2 error)"  # those fail their tests
     assert "\n" not in judged_line(nothing)
+
+
+def test_an_ab_session_that_decided_nothing_ends_on_a_line_that_says_so_and_what_to_do():
+    """An ``--against`` session judges no cell against a baseline: its last line counts the A/Bs that
+    decided, and where none did (inconclusive, or a launch failed) says what would."""
+    assert decided_line([PairedKind.INCONCLUSIVE, PairedKind.INCONCLUSIVE]) == (
+        "dlscale: 0 of 2 cells decided by an A/B (2 inconclusive): more pairs (--max-pairs, --pairs-budget) or a "
+        "quieter node could decide the inconclusive ones, as each says above")
+    assert decided_line(["error", PairedKind.INCONCLUSIVE]) == (
+        "dlscale: 0 of 2 cells decided by an A/B (1 error, 1 inconclusive): more pairs (--max-pairs, --pairs-budget) "
+        "or a quieter node could decide the inconclusive ones, as each says above; each failed one names its failure "
+        "above: mend it and compare again")
+    assert decided_line(["error"]) == ("dlscale: 0 of 1 cells decided by an A/B (1 error): each failed one names its "
+                                       "failure above: mend it and compare again")
+    assert decided_line([PairedKind.SAME, PairedKind.REGRESSED, PairedKind.INCONCLUSIVE]) == \
+        "dlscale: 2 of 3 cells decided by an A/B (1 inconclusive)"
+    assert decided_line([PairedKind.IMPROVED]) == "dlscale: 1 of 1 cells decided by an A/B"

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from harness.judging.kinds import PairedKind
-from harness.judging.paired import (ALPHA, ORDERS, Pair, decide, judge_pairs, median_interval, repeated_p_value,
-                                    sequential_look)
-from harness.judging.sequential import benjamini_hochberg, boundaries, look_levels, planned_looks, spending
+from harness.judging.paired import (ALPHA, ORDERS, Pair, decide, judge_pairs, judge_sequentially, median_interval,
+                                    repeated_p_value, sequential_look)
+from harness.judging.sequential import RULES, benjamini_hochberg, boundaries, look_levels, planned_looks, spending
 
 LOOKS = (8, 16, 32)
 MIN_EFFECT = 0.03
@@ -157,6 +157,46 @@ def test_the_repeated_p_value_is_below_alpha_exactly_when_the_change_is_called()
         looks = LOOKS[:LOOKS.index(called_at) + 1]
         p = repeated_p_value(logs, looks, 32, PairedKind.REGRESSED, MIN_EFFECT)
         assert (p <= ALPHA) == (kind == PairedKind.REGRESSED), (p, kind)
+
+
+def _called_at(logs, looks, alpha: float, rule: str) -> bool:
+    """Whether one of ``looks`` (each judging the pairs up to it) calls ``regressed`` at ``alpha``."""
+    levels = look_levels(looks, 32, alpha, rule)
+    return any(decide(median_interval(logs[:look], 1 - level), MIN_EFFECT) == PairedKind.REGRESSED
+               for look, level in zip(looks, levels))
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_a_regression_after_the_first_look_has_a_small_repeated_p_value_under_either_rule(rule):
+    """Eight pairs at no change, then 24 at 0.85: a clear regression by the last look. At ``alpha`` = 1
+    O'Brien-Fleming spends everything at the first look and nothing after, so a search for the
+    smallest crossing that reached that far found none there and told 1.0."""
+    logs = [0.0] * 8 + [math.log(0.85)] * 24
+    p = repeated_p_value(logs, LOOKS, 32, PairedKind.REGRESSED, MIN_EFFECT, rule)
+    assert p < 1e-4, p
+    assert _called_at(logs, LOOKS, p * 1.01, rule) and not _called_at(logs, LOOKS, p * 0.99, rule), p
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("looks", [(8, 20), (8, 20, 32)])
+def test_the_repeated_p_value_counts_the_looks_the_kept_pairs_reached(rule, looks):
+    """Pairs left out for outside work: of 32 planned, the A/B kept 20, judged at 8 and 20 (too busy
+    to go on). The planned last look, 32, lies beyond the kept pairs and is not counted."""
+    logs = [0.0] * 8 + [math.log(0.85) + 0.01 * math.sin(i) for i in range(12)]
+    p = repeated_p_value(logs, looks, 32, PairedKind.REGRESSED, MIN_EFFECT, rule)
+    assert p == repeated_p_value(logs, (8, 20), 32, PairedKind.REGRESSED, MIN_EFFECT, rule)
+    assert p < ALPHA and _called_at(logs, (8, 20), p * 1.01, rule) and not _called_at(logs, (8, 20), p * 0.99, rule)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_the_repeated_p_value_is_below_alpha_exactly_when_the_sequential_ab_calls_it(rule):
+    rng = np.random.default_rng(17)
+    for _ in range(30):
+        logs = list(math.log(0.95) + 0.05 * rng.standard_normal(32))
+        pairs = [Pair(order=ORDERS[index % 2], reference=1.0, current=math.exp(x)) for index, x in enumerate(logs)]
+        verdict = judge_sequentially(pairs, min_effect=MIN_EFFECT, first=8, most=32, rule=rule)
+        p = repeated_p_value(logs, verdict.look.looks, 32, PairedKind.REGRESSED, MIN_EFFECT, rule)
+        assert (p <= ALPHA) == (verdict.kind == PairedKind.REGRESSED), (p, verdict.kind, verdict.look.looks)
 
 
 def test_benjamini_hochberg_rejects_the_step_up_set():

@@ -10,8 +10,8 @@ import pytest
 from harness.judging.contention import launch_contended
 from harness.judging.metrics import drop_leading_steps, pool_runs
 from harness.rank import contention
-from harness.rank.contention import (TICKS_PER_S, TICKS_UNCERTAIN_PER_CORE, RunQueueWait, outside_share, runqueue_waits,
-                                     tree_ticks, wait_share)
+from harness.rank.contention import (TICKS_PER_S, TICKS_UNCERTAIN_PER_CORE, RunQueueWait, outside_share, process_ticks,
+                                     runqueue_waits, tree_ticks, wait_share)
 
 BUSY = """
 import time
@@ -122,3 +122,31 @@ def test_a_window_too_short_for_the_tick_counters_reads_no_outside_work():
     assert not launch_contended([noise], None)
     taken = {**noise, "outside_cpu": [0.03] * 5}  # a neighbour's 0.15 s of the cores' 0.78 s
     assert launch_contended([taken], None)
+
+
+PROC_STAT = """cpu  {all} 0 {system} 90000 40 {irq} {softirq} {steal} 0 0
+cpu0 {user} 0 {system} 45000 20 {irq} {softirq} {steal} 0 0
+cpu1 7000 3 900 45000 20 50 60 5 0 0
+intr 1234567 0 9 0
+ctxt 98765
+btime 1764400000
+"""
+
+
+def proc_stat(user, system, irq, softirq, steal):
+    """/proc/stat's text where core 0 has spent these ticks (user, nice, system, idle, iowait, irq,
+    softirq, steal, guest, guest_nice), core 1 the same in every reading."""
+    return PROC_STAT.format(all=user + 7000, user=user, system=system, irq=irq, softirq=softirq, steal=steal)
+
+
+def test_interrupt_time_on_the_ranks_cores_is_not_outside_work():
+    """A rank owning core 0 ran 60 ticks of its own (its process tree's user and system time) while
+    its collectives' packets took 25 ticks of hardware and soft interrupts there: the kernel charges
+    those to the core, not to the rank, and they are no other job's. Another guest's steal is."""
+    before = process_ticks(proc_stat(user=1000, system=200, irq=10, softirq=40, steal=3), {0})
+    after = process_ticks(proc_stat(user=1050, system=210, irq=15, softirq=60, steal=3), {0})
+    own = 60
+    assert after - before - own == 0
+    stolen = process_ticks(proc_stat(user=1050, system=210, irq=15, softirq=60, steal=11), {0})
+    assert stolen - before - own == 8
+    assert process_ticks(proc_stat(user=1000, system=200, irq=10, softirq=40, steal=3), {0, 1}) == before + 7908

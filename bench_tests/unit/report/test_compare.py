@@ -61,3 +61,24 @@ def test_a_file_that_is_not_a_results_file_is_refused(tmp_path):
         assert "is not a dlscale results file" in str(error)
     else:
         raise AssertionError("accepted a file without cells")
+
+
+def test_the_counted_work_that_moved_between_the_files_is_named(capsys, tmp_path):
+    def counted(convolution: int) -> dict:
+        return {"flops": {"total": convolution, "by_operator": {"aten::convolution": convolution}},
+                "collectives": {"all_reduce": {"calls": 1, "bytes": 400}}, "not_counted": {}}
+
+    old = document({**cell("ddp-synthetic-resnet50-g1", 68.0), "work": counted(1000)},
+                   {**cell("horovod-synthetic-resnet50-g1", 70.0), "work": counted(1000)})
+    new = document({**cell("ddp-synthetic-resnet50-g1", 68.0), "work": counted(1060)},
+                   {**cell("horovod-synthetic-resnet50-g1", 70.0), "work": counted(1000)})
+    by_cell = {c.cell: c for c in compare(old, new)}
+    assert by_cell["ddp-synthetic-resnet50-g1"].row()[-2] == "moved"
+    assert by_cell["horovod-synthetic-resnet50-g1"].row()[-2] == "same"
+    assert [c.row()[-2] for c in compare(OLD, NEW)][:2] == ["-", "-"]  # files without counted work
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    assert main([str(tmp_path / "old.json"), str(tmp_path / "new.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "ddp-synthetic-resnet50-g1: work: +6.0% FLOPs (aten::convolution), collectives the same" in printed
+    assert "horovod-synthetic-resnet50-g1: work" not in printed

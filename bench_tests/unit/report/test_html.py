@@ -316,3 +316,21 @@ def test_an_a_b_session_reports_its_pairs_and_what_changed(tmp_path):
     assert "<td>2</td><td>current-first</td><td>61.0</td><td>19.0</td><td>0.311</td>" in text
     assert "failed: the reference side&#x27;s launch in pair 3: rank 0: boom" in text
     assert "left out: pair 2: outside work took 20% of one side&#x27;s cores" in text
+
+
+def test_the_counted_work_has_a_table_of_its_own_and_its_junit_properties(results, tmp_path):
+    assert "Counted work" not in report.write_report(results, tmp_path / "a", published=None).read_text()
+    results["cells"][0]["work"] = {
+        "flops": {"total": 2_000_000_000, "by_operator": {"aten::convolution": 2_000_000_000}},
+        "operators": {"aten::convolution": 20, "aten::add_": 30},
+        "collectives": {"all_reduce": {"calls": 2, "bytes": 4_000_000}},
+        "memory": {"step_peak_bytes": 12_500_000}, "data": {"images": 16, "images_decoded": 16, "bytes_read": 40_000},
+        "not_counted": {"gpu": "a CPU rank runs no GPU kernels"}, "cost_s": 0.41}
+    text = report.write_report(results, tmp_path / "b", published=None).read_text()
+    assert "Counted work" in text and "FlopCounterMode" in text
+    for shown in ("<td>2.000</td>", "<td>125.0</td>", "<td>50</td>", "all_reduce 2, 4.00", "<td>12.5</td>",
+                  "16, 0.040", "gpu: a CPU rank runs no GPU kernels"):
+        assert shown in text, shown
+    properties = dict(report.junit_properties(results["cells"][0]))
+    assert properties["dlscale_work_flops_per_step"] == 2_000_000_000
+    assert properties["dlscale_work_collective_bytes_per_step"] == 4_000_000

@@ -35,7 +35,7 @@ def test_every_declared_default_shows_in_the_help_and_the_table():
 def test_every_option_sets_a_setting_the_suite_has():
     settings = {field.name for field in dataclasses.fields(SuiteOptions)}
     # read by the plugin itself: the session's directory, the inverted switches, the verdict rule
-    by_the_plugin = {"results_dir", "no_history", "no_yardstick", "strict"}
+    by_the_plugin = {"results_dir", "no_history", "no_yardstick", "no_count_work", "strict"}
     assert {option.dest for option in OPTIONS} - settings == by_the_plugin
     assert len({option.flag for option in OPTIONS}) == len(OPTIONS)
 

@@ -76,3 +76,19 @@ def test_a_regression_is_the_softwares_and_a_failed_ab_is_unknown():
     assert failed.cause == "unknown" and failed.message.startswith(
         "unknown: the A/B against the baseline's environment failed: the reference side's launch failed in pair 3")
     assert failed.to_json()["split"]["software"] is None
+
+
+@pytest.mark.parametrize("kind, current", [(PairedKind.SAME, NODE_SLOW + [60.0]),
+                                           (PairedKind.REGRESSED, [f * 0.8 for f in NODE_SLOW + [60.0]])])
+def test_a_launch_that_failed_after_a_verdict_leaves_the_cause_unknown_naming_the_failure(kind, current):
+    """Nine pairs, then the current side's launch failed: the pairs' verdict comes from a look the plan
+    did not make (the A/B judges what it has when a launch fails), and the failure may be the change's
+    own. Neither ``system`` nor ``software`` can stand on it."""
+    result = paired(NODE_SLOW + [60.0], current, kind)
+    result.error = ("the current side's launch failed in pair 10 (reference-first) where the reference's completed: "
+                    "RuntimeError: CUDA error; 0 of the reference's and 1 of the current side's launches failed")
+    confirmation = confirmed_by(result, EXACT, stored=STORED, band=BAND)
+    assert confirmation.cause == "unknown"
+    assert confirmation.message.startswith(
+        "unknown: the A/B against the baseline's environment failed: the current side's launch failed in pair 10 "
+        "(reference-first) where the reference's completed: RuntimeError: CUDA error")

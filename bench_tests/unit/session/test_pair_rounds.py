@@ -119,6 +119,37 @@ def test_duet_pairs_balance_which_side_takes_which_half():
     assert {pair.order for pair in result.pairs} == set(DUET_ORDERS)
 
 
+def failed_launch(status, error, **ended):
+    """A duet side's launch that failed, started at 1000 s (epoch) and ended, as the runner saw it, at
+    ``ended_epoch`` where given; its wall time, as a duet's, runs until both sides were over."""
+    return CellRun(cell=CELL, launcher="torchrun", command=[], status=status, records=[], error=error, wall_s=190.0,
+                   log_path=Path("log"), token="t", orphans_killed=[], started_epoch=1000.0, **ended)
+
+
+def test_a_duet_names_the_side_that_failed_first_not_the_one_left_waiting_at_the_gate():
+    """The current side dies in its set-up; the reference's first rank waits at the gate, silent,
+    until the runner ends it as hung. Both failed, the reference first in the pair's order."""
+    runs = {"reference": failed_launch("hung", "no progress from any rank for 180 s (heartbeat timeout); least "
+                                               "recent: rank 0 at warmup step 2/2", ended_epoch=1185.0),
+            "current": failed_launch("failed", "rank0 on vm (pid 7): ImportError: cannot import name 'fused_sgd'",
+                                     ended_epoch=1004.0)}
+    result = measure_pairs(CELL, REFERENCE, None, SETTINGS, seed=8, together=lambda halves: dict(runs))
+    assert result.failed_launches("current") == 1 and result.failed_launches("reference") == 0
+    assert result.error.startswith("the current side's launch failed in pair 1 (")
+    assert "before the reference's, which then hung: rank0 on vm (pid 7): ImportError" in result.error
+
+
+def test_a_duet_side_whose_ranks_timed_out_at_the_gate_is_not_named():
+    """With more silence allowed (--hang-timeout 600) than the gate waits (300 s), the reference's
+    gate times out before the runner ends the current side, hung before its window."""
+    runs = {"reference": failed_launch("failed", "rank0 on vm (pid 9): GateTimeout: the duet's other side did not "
+                                                 "reach its timed window within 300 s (gate /tmp/g)"),
+            "current": failed_launch("hung", "no progress from any rank for 600 s (heartbeat timeout)")}
+    result = measure_pairs(CELL, REFERENCE, None, SETTINGS, seed=8, together=lambda halves: dict(runs))
+    assert result.failed_launches("current") == 1 and result.failed_launches("reference") == 0
+    assert result.error.startswith("the current side's launch hung in pair 1 (")
+
+
 def test_an_interrupt_keeps_the_pairs_measured_and_judges_them():
     def launch(side, inner=launch_of(lambda side, n: 0.2 if side == "reference" else 0.25), count=itertools.count()):
         if next(count) == 13:  # the 14th launch: the second side of the 7th pair

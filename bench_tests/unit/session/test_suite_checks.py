@@ -191,3 +191,73 @@ def test_against_env_name_names_the_shells_value_for_the_current_side_and_unsets
     assert reference.launcher.environment == {"A": "1"} and reference.launcher.unset == ("ATEN_CPU_CAPABILITY",)
     assert reference.difference["launch_environment"] == {"ATEN_CPU_CAPABILITY": [None, "default"]}
     assert Suite(SuiteOptions(launcher="torchrun", launch_env=("A=1",))).launch_environment == {"A": "1"}
+
+
+def test_a_duet_is_refused_with_the_srun_launcher_before_any_launch():
+    """Two srun job steps at once without --overlap each take the node's CPUs (the second waits, the
+    first dies at the gate), Slurm's GPU binding overrides each half's CUDA_VISIBLE_DEVICES, and the
+    core halves would be the harness process's, not the compute node's."""
+    duet = SuiteOptions(duet=True, against=("env:A=1",))
+    with pytest.raises(SuiteError) as error:
+        preflight.check_duet(duet, "srun")
+    assert str(error.value) == (
+        "--duet cannot run with the srun launcher: two job steps at once without --overlap each take the node's "
+        "CPUs, Slurm's GPU binding overrides each half's CUDA_VISIBLE_DEVICES, and the core halves come from this "
+        "process's affinity, not the compute node's; measure the pairs back to back (without --duet)")
+    preflight.check_duet(duet, "torchrun")
+    preflight.check_duet(SuiteOptions(against=("env:A=1",)), "srun")
+
+
+def test_a_session_refuses_the_duet_with_srun_first_of_all(tmp_path):
+    from harness.session.suite import Suite
+
+    suite = Suite(SuiteOptions(launcher="srun", duet=True, against=("env:A=1",), device="cpu", frameworks="ddp",
+                               loaders="synthetic", workdir=tmp_path / "cells", baselines_dir=tmp_path,
+                               history_dir=None))
+    with pytest.raises(SuiteError, match="^--duet cannot run with the srun launcher: "):
+        suite.prepare()
+    assert suite.prepared is None and not (tmp_path / "cells").exists()
+
+
+
+def older_reference(tmp_path, *lacking):
+    """A reference whose harness's worker does not know the rank options ``lacking``: this
+    checkout's spec.py without their fields."""
+    from harness.machine.references import Environment
+    from harness.rank import spec
+
+    older = tmp_path / "older"
+    (older / "harness" / "rank").mkdir(parents=True)
+    source = Path(spec.__file__).read_text()
+    for option in lacking:
+        assert option in source
+        source = source.replace(option, "")
+    (older / "harness" / "rank" / "spec.py").write_text(source)
+    return Environment(label="reference: git 1a2b3c4d5e (HEAD~30)", source=older, launch_environment={},
+                       commit="1a2b3c4d5e")
+
+
+def test_a_reference_whose_worker_lacks_an_option_the_pairs_set_is_refused_with_its_name(tmp_path):
+    """An older commit's worker that does not know "skip the probe" would run the probe on its side
+    only."""
+    import dataclasses
+
+    from harness.rank.spec import RankOptions
+
+    reference = older_reference(tmp_path, "    compute_probe: bool = True\n")
+    pairs = RankOptions(device="cpu", cores_per_rank=1, yardstick=False, compute_probe=False)
+    assert preflight.worker_cannot_pair(reference, pairs) == (
+        "the reference: git 1a2b3c4d5e (HEAD~30)'s harness predates the rank option(s) compute_probe that both "
+        "sides of each pair run with: its ranks would run without them, unlike the current side's; compare against "
+        "a commit that has them")
+    assert preflight.worker_cannot_pair(reference, dataclasses.replace(pairs, compute_probe=True)) is None
+    current = dataclasses.replace(reference, label="current", source=Path(preflight.__file__).parents[2])
+    assert preflight.worker_cannot_pair(current, pairs) is None
+
+
+def test_a_reference_whose_worker_does_not_count_work_is_compared_without(tmp_path):
+    """Counting the work happens after the window; the A/B says the reference counted none."""
+    from harness.rank.spec import RankOptions
+
+    reference = older_reference(tmp_path, "    count_work: bool = True\n")
+    assert preflight.worker_cannot_pair(reference, RankOptions(compute_probe=False, count_work=False)) is None

@@ -18,6 +18,8 @@ from harness.rank.rankenv import RankInfo
 if TYPE_CHECKING:  # adapters of other runtimes than torch's use this interface too
     import torch
 
+    from harness.rank.work import CollectiveTally
+
 LossFn = Callable[[Any, Any], Any]
 
 
@@ -95,6 +97,16 @@ class Trainer(FrameworkAdapter):
     @abc.abstractmethod
     def average(self, tensor: torch.Tensor) -> torch.Tensor:
         """Mean of ``tensor`` over all ranks."""
+
+    def work_not_counted(self) -> str | None:
+        """Why this framework's steps cannot be counted after the timed window
+        (:mod:`harness.rank.work`), or None where they can."""
+        return None
+
+    def counting_collectives(self, tally: CollectiveTally) -> ContextManager:
+        """Count into ``tally``, per tensor, the collectives of the steps run in the block that torch's
+        dispatcher does not see (a background thread's, an RPC's); those it sees are counted there."""
+        return contextlib.nullcontext()
 
 
 class Server(abc.ABC):

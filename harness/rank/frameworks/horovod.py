@@ -5,6 +5,9 @@ The controller follows the launcher: ``mpirun`` and ``srun`` give the MPI contro
 """
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 
 from harness.rank.frameworks.base import LossFn, Trainer
@@ -13,6 +16,12 @@ from harness.rank.rankenv import RankInfo
 from harness.rank.torch_numerics import LossScaling
 
 INSTALL = "ci/install_frameworks.sh .venv"
+
+COLLECTIVES = {"_allreduce_async": "all_reduce", "_grouped_allreduce_async": "all_reduce",
+               "_allgather_async": "all_gather", "_grouped_allgather_async": "all_gather",
+               "_broadcast_async": "broadcast", "_alltoall_async": "all_to_all",
+               "_reducescatter_async": "reduce_scatter", "_grouped_reducescatter_async": "reduce_scatter"}
+"""The functions of ``horovod.torch.mpi_ops`` every collective of its API ends in, by kind."""
 
 
 class HorovodAdapter(Trainer):
@@ -56,6 +65,30 @@ class HorovodAdapter(Trainer):
 
     def average(self, tensor):
         return self.hvd.allreduce(tensor.detach(), op=self.hvd.Average, name="dlscale.average")
+
+    @contextlib.contextmanager
+    def counting_collectives(self, tally) -> Iterator[None]:
+        """Horovod's collectives run on its background thread, out of torch's dispatcher: each is
+        counted where its API hands the tensors over, per tensor, before the cycle fuses them (a
+        fusion that depends on timing)."""
+        from horovod.torch import mpi_ops
+
+        originals = {name: getattr(mpi_ops, name) for name in COLLECTIVES}
+
+        def counted(name: str):
+            def collective(tensors, *args, **kwargs):
+                for tensor in tensors if isinstance(tensors, (list, tuple)) else [tensors]:
+                    tally.add(COLLECTIVES[name], tensor.nbytes)
+                return originals[name](tensors, *args, **kwargs)
+            return collective
+
+        try:
+            for name in COLLECTIVES:
+                setattr(mpi_ops, name, counted(name))
+            yield
+        finally:
+            for name, original in originals.items():
+                setattr(mpi_ops, name, original)
 
     def barrier(self) -> None:
         self.hvd.barrier()

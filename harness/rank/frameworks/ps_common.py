@@ -56,6 +56,10 @@ class ServerRoles:
         """A server's updates in the timed window: one per step, or one per worker's step async."""
         return steps * (self.workers if self.mode == "async" else 1)
 
+    def work_not_counted(self) -> str | None:
+        return ("a parameter-server cell's steps after the window would enter its servers' timed updates; "
+                "its pushes and pulls are not counted yet")
+
     def learning_rate_rule(self) -> str:
         return ("linearly scaled over the workers" if self.mode == "sync"
                 else "one worker's batch per update (the scaled rate over the workers)")

@@ -15,6 +15,7 @@ from pathlib import Path
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
 from harness.rank.runtime import Device, RankRuntime, Sync
+from harness.rank.work import NotCounted
 
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 
@@ -25,6 +26,12 @@ def nvidia_gpus_present(listing: Path = NVIDIA_GPUS) -> bool:
 
 
 class MXNetRuntime(RankRuntime):
+    name = "mxnet"
+
+    def work_counter(self, adapter, device):
+        raise NotCounted("MXNet runs a step in its engine's hybridised graph; its operators, FLOPs and "
+                         "collectives are not read from its profiler yet")
+
     def __init__(self):
         self._fresh_model = None
 

@@ -16,5 +16,10 @@ class Loader(abc.ABC):
         """Loader settings recorded in each rank's record."""
         return {}
 
+    def batch_data(self) -> dict:
+        """What the last batch yielded took to make, for its counted work (:mod:`harness.rank.work`):
+        ``{"data": {"images_decoded": n, "bytes_read": b}}``, or ``{"not_counted": {"data": why}}``."""
+        return {"not_counted": {"data": f"the {type(self).__name__} does not say what it read"}}
+
     def close(self) -> None:
         pass

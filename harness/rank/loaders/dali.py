@@ -306,6 +306,10 @@ class DaliLoader(Loader):
                 yield (images.to(self.device, non_blocking=True),
                        self._labels(labels).to(self.device, non_blocking=True))
 
+    def batch_data(self) -> dict:
+        return {"not_counted": {"data": "DALI's reader shuffles and reads ahead in its own threads: which files a "
+                                        "batch holds is not known to the rank"}}
+
     def settings(self) -> dict:
         return dict(self._settings)
 

@@ -12,6 +12,7 @@ from harness.rank.loaders import LOADERS  # noqa: E402
 from harness.rank.models import MODELS  # noqa: E402
 from harness.rank.runtime import Device, RankRuntime, Sync  # noqa: E402
 from harness.rank.trainloop import GraphProbe  # noqa: E402
+from harness.rank.work import NotCounted  # noqa: E402
 
 
 def categorical_loss(num_classes: int, label_smoothing: float):
@@ -44,6 +45,12 @@ class KerasProbe(GraphProbe):
 
 
 class TensorFlowRuntime(RankRuntime):
+    name = "tensorflow"
+
+    def work_counter(self, adapter, device):
+        raise NotCounted("TensorFlow runs a step as one traced graph function; its operators, FLOPs and "
+                         "collectives are not read from its profiler yet")
+
     def pick_device(self, requested: str, local_rank: int) -> Device:
         gpus = tf.config.list_physical_devices("GPU")
         if requested == "cpu" or (requested == "auto" and not gpus):

@@ -1,0 +1,185 @@
+"""Counted work of a step, in-process: operators, FLOPs against torchvision's published count,
+collectives at torch's dispatcher against the model's parameter bytes, memory, data, and what a
+rank says where it cannot count."""
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from harness.rank.cifar_resnet import cifar_resnet
+from harness.rank.loaders.native import NativeLoader
+from harness.rank.rankenv import RankInfo
+from harness.rank.torch_work import TorchWorkCounter, collective_bytes, operator_name
+from harness.rank.trainloop import train
+from harness.rank.work import COUNTED_PARTS, CollectiveTally, StepCounting, WorkCounter, per_step, uncounted
+from harness.rank.workload import Workload
+
+from bench_tests.local_adapter import LocalAdapter
+
+CPU = torch.device("cpu")
+
+
+def local_adapter(model) -> LocalAdapter:
+    adapter = LocalAdapter()
+    adapter.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.nn.CrossEntropyLoss())
+    return adapter
+
+
+def sgd_step(model, images, labels):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step():
+        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step
+
+
+def counted(step, counter=None, *, steps=2, warm=True) -> dict:
+    """``steps`` counted steps, after one that makes the optimizer's state (as a timed window does)."""
+    if warm:
+        step()
+    counting = StepCounting(counter or TorchWorkCounter(CPU))
+    for _ in range(steps):
+        counting.start()
+        step()
+        counting.stop(images=2)
+    return counting.work()
+
+
+def test_a_step_counts_the_same_twice():
+    torch.manual_seed(0)
+    model = cifar_resnet(20, num_classes=10)
+    work = counted(sgd_step(model, torch.randn(2, 3, 32, 32), torch.tensor([1, 2])))
+    assert work["steps"] == 2 and "steps_differ" not in work  # exact counts, step after step
+    assert work["operators"]["aten::convolution"] == 19  # the stem and 18 in the blocks (shortcuts pad, no conv)
+    assert work["operators"]["aten::convolution_backward"] == 19
+    assert work["flops"]["by_operator"]["aten::convolution_backward"] == pytest.approx(
+        2 * work["flops"]["by_operator"]["aten::convolution"], rel=0.01)  # backward: gradients of input and weight
+    assert work["collectives"] == {}  # no process group: none, counted
+    assert work["memory"]["step_peak_bytes"] > 0
+    assert work["data"] == {"images": 2}
+    assert work["not_counted"] == {"gpu": "a CPU rank runs no GPU kernels",
+                                   "data": "this loader does not say what it read"}
+
+
+def test_resnet50_flops_match_torchvisions_published_multiply_adds():
+    """torchvision publishes 4.09 G multiply-adds for ResNet50's forward pass at 224 px: a training
+    step is about three forward passes' work, at two FLOPs per multiply-add."""
+    torchvision = pytest.importorskip("torchvision")
+    model = torchvision.models.resnet50()
+    published = torchvision.models.ResNet50_Weights.IMAGENET1K_V1.meta["_ops"]  # GMACs, forward, 224 px
+    assert published == pytest.approx(4.09, abs=0.01)
+    torch.set_num_threads(1)
+    work = counted(sgd_step(model, torch.randn(1, 3, 224, 224), torch.tensor([3])), steps=1, warm=False)
+    forward = work["flops"]["by_operator"]["aten::convolution"] + work["flops"]["by_operator"]["aten::addmm"]
+    assert forward / 2 / 1e9 == pytest.approx(published, rel=0.01)
+    assert work["flops"]["total"] / 1e9 == pytest.approx(3 * 2 * published, rel=0.02)
+
+
+def test_a_wider_layer_is_counted_as_more_flops_in_convolution():
+    torch.manual_seed(0)
+    images, labels = torch.randn(2, 3, 32, 32), torch.tensor([1, 2])
+    narrow = counted(sgd_step(cifar_resnet(20, num_classes=10), images, labels))
+    wide_model = cifar_resnet(20, num_classes=10)
+    wide_model.fc = torch.nn.Sequential(torch.nn.Linear(64, 80), torch.nn.Linear(80, 10))
+    wide = counted(sgd_step(wide_model, images, labels))
+    assert wide["flops"]["total"] > narrow["flops"]["total"]
+    assert wide["flops"]["by_operator"]["aten::convolution"] == narrow["flops"]["by_operator"]["aten::convolution"]
+    assert wide["operators"]["aten::addmm"] == narrow["operators"]["aten::addmm"] + 1
+
+
+@pytest.fixture
+def process_group():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_ddp_all_reduces_each_parameter_byte_once_per_step(process_group):
+    torch.manual_seed(0)
+    model = cifar_resnet(20, num_classes=10)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
+    work = counted(sgd_step(ddp, torch.randn(2, 3, 32, 32), torch.tensor([1, 2])))
+    parameter_bytes = sum(parameter.nbytes for parameter in model.parameters())
+    assert work["collectives"]["all_reduce"]["bytes"] == parameter_bytes
+    assert work["collectives"]["all_reduce"]["calls"] >= 4  # quarter-megabyte buckets of 1.08 MB
+    buffers = sum(buffer.nbytes for buffer in model.buffers())
+    assert work["collectives"]["broadcast"]["bytes"] == buffers  # batch norm's statistics, every forward
+
+
+def test_a_collective_counts_the_bytes_this_rank_contributes(process_group):
+    tally = CollectiveTally()
+    from harness.rank.torch_work import StepCountingMode
+
+    with StepCountingMode(tally):
+        dist.all_reduce(torch.ones(10))
+        dist.broadcast(torch.ones(3, dtype=torch.float64), src=0)
+        out = [torch.zeros(4)]
+        dist.all_gather(out, torch.ones(4))
+        dist.barrier()
+    assert tally.to_json() == {"all_gather": {"calls": 1, "bytes": 16}, "all_reduce": {"calls": 1, "bytes": 40},
+                               "barrier": {"calls": 1, "bytes": 0}, "broadcast": {"calls": 1, "bytes": 24}}
+    assert operator_name(torch.ops.c10d.allreduce_.default) == "c10d::allreduce_"
+    assert collective_bytes(torch.ops.c10d.barrier.default, (), {}) == 0
+
+
+def test_an_adapters_own_collectives_join_the_tally():
+    class OwnCollectives(LocalAdapter):
+        def counting_collectives(self, tally):
+            tally.add("all_reduce", 1000, calls=2)
+            return super().counting_collectives(tally)
+
+    adapter = OwnCollectives()
+    adapter.wrap(torch.nn.Linear(4, 2), None, torch.nn.CrossEntropyLoss())
+    work = counted(lambda: adapter.forward_backward(torch.randn(3, 4), torch.tensor([0, 1, 0])),
+                   TorchWorkCounter(CPU, adapter.counting_collectives), steps=1, warm=False)
+    assert work["collectives"] == {"all_reduce": {"calls": 2, "bytes": 1000}}
+
+
+def test_a_failed_count_is_named_and_the_steps_go_on():
+    class Broken(WorkCounter):
+        def start(self):
+            raise RuntimeError("no dispatcher")
+
+    steps = []
+    work = counted(lambda: steps.append(1), Broken(), steps=2, warm=False)
+    assert work["not_counted"] == {part: "counting failed: RuntimeError: no dispatcher" for part in COUNTED_PARTS}
+    assert len(steps) == 2  # the steps went on
+
+
+def test_steps_that_count_differently_are_named():
+    counts = [{"operators": {"aten::add": 1}, "memory": {"step_peak_bytes": 8}},
+              {"operators": {"aten::add": 2}, "memory": {"step_peak_bytes": 8}}]
+    assert per_step(counts) == {**counts[1], "steps": 2, "steps_differ": ["operators"]}
+    assert uncounted("why")["not_counted"] == {part: "why" for part in COUNTED_PARTS}
+
+
+def test_the_training_loop_counts_steps_after_its_window_only():
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
+    batches = iter([(torch.randn(2, 3, 2, 2), torch.tensor([0, 1]))] * 6)
+    samples = train(local_adapter(model), batches, warmup_steps=1, steps=3, device=CPU, progress=lambda *a: None,
+                    counter=TorchWorkCounter(CPU), batch_data=lambda: {"data": {"bytes_read": 5}})
+    assert len(samples["step_times"]) == 3 and samples["images"] == 6  # the counted step is not timed
+    assert samples["work"]["data"] == {"images": 2, "bytes_read": 5}
+    assert samples["work"]["operators"]["aten::addmm"] == 1 and samples["work"]["steps"] == 1
+    assert len(list(batches)) == 1  # one batch taken for the counted step, the rest left
+
+
+def test_the_native_loader_says_which_files_its_last_batch_read(tiny_dataset):
+    workload = Workload(image_size=32, batch_size=4, num_workers=0, data_dir=str(tiny_dataset))
+    rank = RankInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, master_addr="127.0.0.1",
+                    master_port=1, source="test")
+    loader = NativeLoader(workload=workload, rank=rank, device=CPU)
+    batches = iter(loader)
+    next(batches)
+    first = loader.batch_data()["data"]
+    order = list(loader.sampler)[:4]
+    assert first == {"images_decoded": 4,
+                     "bytes_read": sum(os.path.getsize(loader.dataset.samples[i][0]) for i in order)}
+    assert first["bytes_read"] > 4 * 100  # real JPEG files

@@ -1,0 +1,284 @@
+"""What a cell's counted work says (harness.rank.work counts it per rank and step):
+
+    cell_work(records)             -> one launch's work: its training ranks' counts, summed
+    launches_work(launches)        -> a cell's work over its launches, naming parts that differed
+    compare_work(before, after)    -> WorkChange: what moved, e.g. "+9.1% FLOPs (aten::convolution)"
+    against_baseline(stored, work) -> the same against a baseline's work counted with the same packages
+    work_reading(change, kind)     -> the A/B's words: the work beside the speed's verdict
+
+Counts are exact integers: operators, FLOPs, collectives, memory and data of one step do not depend
+on the machine's speed, so any difference between two launches is a difference in what they did.
+The one timed figure, a GPU's kernel time, is compared within :data:`KERNEL_TIME_TOLERANCE`.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+from typing import Mapping, Sequence
+
+PARTS = ("flops", "operators", "collectives", "memory", "data", "gpu")
+"""The parts of a cell's work, in the order a change names them."""
+
+NOTES = (
+    "FLOPs by torch's FlopCounterMode: matrix products and convolutions, forward and backward; "
+    "elementwise operators, batch norm and the optimizer's update have no formula and count none",
+    "memory: the peak of the storages a step's operators created beyond what was live before it, on the "
+    "rank that allocated most; what a framework allocates outside torch's operators is not seen",
+    "collectives: per tensor, the bytes each rank contributes, summed over the ranks",
+)
+"""What each count misses, said wherever counts are shown."""
+
+KERNEL_TIME_TOLERANCE = 0.03
+"""A GPU's summed kernel time is timed, not counted: a move within this share is the same."""
+
+
+def cell_work(records: Sequence[Mapping]) -> dict | None:
+    """One launch's work per step, from its training ranks' records: operators, FLOPs, collectives,
+    data and GPU kernels summed over the ranks, memory the largest rank's. A part any rank did not
+    count is under ``not_counted`` with its reason, never a partial sum. None where no rank counted
+    (an older harness's records)."""
+    works = [record["work"] for record in records if record.get("work")]
+    if not works or len(works) != len(records):
+        return None
+    not_counted: dict[str, str] = {}
+    for work in works:
+        for part, why in work.get("not_counted", {}).items():
+            not_counted.setdefault(part, why)
+    counted = [part for part in PARTS if part not in not_counted and all(part in work for work in works)]
+    result: dict = {"ranks": len(works)}
+    if "operators" in counted:
+        result["operators"] = _summed(work["operators"] for work in works)
+    if "flops" in counted:
+        result["flops"] = {"total": sum(work["flops"]["total"] for work in works),
+                           "by_operator": _summed(work["flops"]["by_operator"] for work in works)}
+    if "collectives" in counted:
+        kinds = sorted({kind for work in works for kind in work["collectives"]})
+        result["collectives"] = {kind: {field: sum(work["collectives"].get(kind, {}).get(field, 0) for work in works)
+                                        for field in ("calls", "bytes")} for kind in kinds}
+    if "memory" in counted:
+        result["memory"] = {"step_peak_bytes": max(work["memory"]["step_peak_bytes"] for work in works)}
+    if "data" in counted:
+        result["data"] = _summed(work["data"] for work in works)
+    if "gpu" in counted:
+        result["gpu"] = {"kernels": sum(work["gpu"]["kernels"] for work in works),
+                         "kernel_time_s": sum(work["gpu"]["kernel_time_s"] for work in works)}
+    differ = sorted({part for work in works for part in work.get("steps_differ", ())})
+    versions = records[0].get("versions")
+    return {**result, "not_counted": not_counted, **({"steps_differ": differ} if differ else {}),
+            "cost_s": max(work.get("cost_s", 0.0) for work in works), **({"versions": versions} if versions else {})}
+
+
+def launches_work(launches: Sequence[Sequence[Mapping]]) -> dict | None:
+    """A cell's work over its launches (each one's training records): the first counted launch's,
+    with ``launches_differ`` naming the parts a later launch counted otherwise (counts are
+    deterministic: a part that differs says the launches did not do the same work)."""
+    works = [work for work in (cell_work(records) for records in launches) if work]
+    if not works:
+        return None
+    first = works[0]
+    differ = sorted({moved.part for work in works[1:] for moved in compare_work(first, work).moved})
+    return {**first, "launches": len(works), **({"launches_differ": differ} if differ else {})}
+
+
+def against_baseline(stored: Mapping | None, work: Mapping | None) -> WorkChange | None:
+    """What moved from a baseline's work to ``work``, where both were counted with the same
+    packages (another torch may count otherwise); None where the baseline holds none."""
+    if not stored or not work:
+        return None
+    if stored.get("versions") != work.get("versions"):
+        was, now = stored.get("versions") or {}, work.get("versions") or {}
+        moved = ", ".join(f"{name} {was.get(name)} -> {now.get(name)}" for name in sorted(set(was) | set(now))
+                          if was.get(name) != now.get(name))
+        return WorkChange(uncompared=(f"the baseline's work was counted with other packages ({moved})",))
+    return compare_work(stored, work, before_name="the baseline", after_name="this session")
+
+
+def _summed(counts) -> dict:
+    total: collections.Counter = collections.Counter()
+    for count in counts:
+        total.update(count)
+    return dict(sorted(total.items()))
+
+
+def work_digest(work: Mapping | None) -> str | None:
+    """A short hash of what a launch counted (the timed kernel time and the counting's cost left
+    out): two launches that did the same work have the same digest."""
+    if not work:
+        return None
+    counted = {part: value for part, value in work.items() if part not in ("cost_s", "gpu", "versions", "launches")}
+    if "gpu" in work:
+        counted["gpu"] = {"kernels": work["gpu"]["kernels"]}
+    return hashlib.sha256(json.dumps(counted, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Moved:
+    """One part of the work that moved between two launches."""
+    part: str
+    text: str
+    """``+9.1% FLOPs (aten::convolution)``, ``all_reduce 5 -> 3 calls``."""
+    ratio: float | None = None
+    """after / before, where the part has one figure."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkChange:
+    moved: tuple[Moved, ...] = ()
+    same: tuple[str, ...] = ()
+    """The parts both sides counted, and alike."""
+    uncompared: tuple[str, ...] = ()
+    """The parts one side or both did not count, each with why."""
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.moved)
+
+    @property
+    def comparable(self) -> bool:
+        return bool(self.moved or self.same)
+
+    def text(self) -> str:
+        if not self.comparable:
+            return "work: not compared (" + "; ".join(self.uncompared) + ")" if self.uncompared else \
+                "work: not compared"
+        if not self.moved:
+            return "work: the same" + (f" ({', '.join(self.same)})" if self.same else "")
+        said = [moved.text for moved in self.moved]
+        said += [f"{part} the same" for part in self.same]
+        return "work: " + ", ".join(said)
+
+    def to_json(self) -> dict:
+        return {"changed": self.changed, "comparable": self.comparable, "text": self.text(),
+                "moved": [dataclasses.asdict(moved) for moved in self.moved], "same": list(self.same),
+                "uncompared": list(self.uncompared)}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> WorkChange:
+        return cls(moved=tuple(Moved(**moved) for moved in data["moved"]), same=tuple(data["same"]),
+                   uncompared=tuple(data["uncompared"]))
+
+
+def compare_work(before: Mapping | None, after: Mapping | None, *, before_name: str = "the reference",
+                 after_name: str = "the current side") -> WorkChange:
+    """What moved from ``before``'s work to ``after``'s (each :func:`cell_work`'s), part by part."""
+    if not before or not after:
+        missing = [name for name, work in ((before_name, before), (after_name, after)) if not work]
+        return WorkChange(uncompared=(f"{' and '.join(missing)} counted no work (a harness without counting, "
+                                      "or a launch that failed)",))
+    moved: list[Moved] = []
+    same: list[str] = []
+    uncompared: list[str] = []
+    for part in PARTS:
+        missing = [(name, work["not_counted"].get(part)) for name, work in ((before_name, before), (after_name, after))
+                   if part not in work]
+        if missing:
+            if part != "gpu" or any(why and "GPU" not in why for _, why in missing):
+                uncompared += [f"{part}: {name} did not count it" + (f" ({why})" if why else "") for name, why in missing]
+            continue
+        found = _MOVES[part](before[part], after[part])
+        if found:
+            moved += found
+        else:
+            same.append(part)
+    return WorkChange(moved=tuple(moved), same=tuple(same), uncompared=tuple(uncompared))
+
+
+def _percent(before: float, after: float) -> str:
+    if before == 0:
+        return f"{before:g} -> {after:g}"
+    return f"{(after / before - 1) * 100:+.1f}%"
+
+
+def _most_moved(before: Mapping[str, int], after: Mapping[str, int], most: int = 2) -> list[str]:
+    """The keys whose values moved most, largest first."""
+    keys = set(before) | set(after)
+    moves = sorted(((abs(after.get(key, 0) - before.get(key, 0)), key) for key in keys), reverse=True)
+    return [key for move, key in moves[:most] if move]
+
+
+def _flops(before: Mapping, after: Mapping) -> list[Moved]:
+    if before["total"] == after["total"] and before["by_operator"] == after["by_operator"]:
+        return []
+    where = _most_moved(before["by_operator"], after["by_operator"])
+    return [Moved("flops", f"{_percent(before['total'], after['total'])} FLOPs ({', '.join(where)})",
+                  after["total"] / before["total"] if before["total"] else None)]
+
+
+def _operators(before: Mapping[str, int], after: Mapping[str, int]) -> list[Moved]:
+    if before == after:
+        return []
+    calls_before, calls_after = sum(before.values()), sum(after.values())
+    named = ", ".join(f"{key} {before.get(key, 0)} -> {after.get(key, 0)}" for key in _most_moved(before, after, 3))
+    return [Moved("operators", f"operator calls {_percent(calls_before, calls_after)} ({named})",
+                  calls_after / calls_before if calls_before else None)]
+
+
+def _collectives(before: Mapping, after: Mapping) -> list[Moved]:
+    moved = []
+    for kind in sorted(set(before) | set(after)):
+        was, now = before.get(kind, {"calls": 0, "bytes": 0}), after.get(kind, {"calls": 0, "bytes": 0})
+        changes = []
+        if was["bytes"] != now["bytes"]:
+            changes.append(f"bytes {_percent(was['bytes'], now['bytes'])}")
+        if was["calls"] != now["calls"]:
+            changes.append(f"{was['calls']} -> {now['calls']} calls")
+        if changes:
+            moved.append(Moved("collectives", f"{kind} {', '.join(changes)}",
+                               now["bytes"] / was["bytes"] if was["bytes"] else None))
+    return moved
+
+
+def _memory(before: Mapping, after: Mapping) -> list[Moved]:
+    was, now = before["step_peak_bytes"], after["step_peak_bytes"]
+    return [] if was == now else [Moved("memory", f"memory {_percent(was, now)}", now / was if was else None)]
+
+
+def _data(before: Mapping, after: Mapping) -> list[Moved]:
+    moved = [f"{key.replace('_', ' ')} {_percent(before.get(key, 0), after.get(key, 0))}"
+             for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)]
+    return [Moved("data", f"data: {', '.join(moved)}")] if moved else []
+
+
+def _gpu(before: Mapping, after: Mapping) -> list[Moved]:
+    moved = []
+    if before["kernels"] != after["kernels"]:
+        moved.append(Moved("gpu", f"GPU kernels {before['kernels']} -> {after['kernels']}"))
+    was, now = before["kernel_time_s"], after["kernel_time_s"]
+    if was and abs(now / was - 1) > KERNEL_TIME_TOLERANCE:
+        moved.append(Moved("gpu", f"kernel time {_percent(was, now)} (timed)", now / was))
+    return moved
+
+
+_MOVES = {"flops": _flops, "operators": _operators, "collectives": _collectives, "memory": _memory,
+          "data": _data, "gpu": _gpu}
+
+
+def work_reading(change: WorkChange, speed: str | None) -> str:
+    """The A/B's line on the work, beside the speed's verdict ``speed`` (``regressed``,
+    ``improved``, ``same``, ``inconclusive``, or None where it has none)."""
+    line = change.text()
+    if not change.comparable:
+        return line
+    if change.changed:
+        if speed == "inconclusive":
+            return f"{line}: the software does other work, though the speed could not be told apart yet"
+        return line
+    if speed in ("regressed", "improved"):
+        return (f"{line}: the speed moved while the cell does the same work, so the change is in the kernels, "
+                "the environment or the machine")
+    return line
+
+
+def baseline_reading(change: WorkChange | None, verdict: str) -> str | None:
+    """What a stored verdict's cell says of its work against its baseline's, where that tells the
+    software from the system: None where nothing was compared, or the cell passed with the same work."""
+    if change is None or not change.comparable:
+        return None
+    if change.changed:
+        return f"the software does other work per step than at the baseline ({change.text()})"
+    if verdict in ("pass", "no-baseline"):
+        return None
+    return ("the same work per step as at the baseline, counted with the same packages: what moved is the node, "
+            "the kernels or the environment, not the work the cell does")

@@ -1,0 +1,169 @@
+"""Counted work of a torch rank's step (:mod:`harness.rank.work`), at torch's dispatcher.
+
+One dispatch mode sees every ATen operator the step runs, the forward's on this thread and the
+backward's on autograd's, and the collectives that go through torch's ``c10d`` operators (DDP's
+buckets, DeepSpeed's calls: their sizes do not depend on timing). Beside it torch's own
+``FlopCounterMode`` gives the FLOPs. A framework whose collectives bypass the dispatcher counts them
+itself (:meth:`harness.rank.frameworks.base.Trainer.counting_collectives`). On a GPU the profiler
+counts the kernels and sums their device time. What each count misses: harness.judging.work.NOTES.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import weakref
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import FlopCounterMode
+
+from harness.rank.work import CollectiveTally, WorkCounter
+
+COLLECTIVE_KINDS = {
+    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce",
+    "broadcast_": "broadcast",
+    "allgather_": "all_gather", "_allgather_base_": "all_gather", "allgather_coalesced_": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather",
+    "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "alltoall_": "all_to_all", "alltoall_base_": "all_to_all",
+    "send": "send", "recv_": "recv", "reduce_": "reduce", "gather_": "gather", "scatter_": "scatter",
+    "barrier": "barrier",
+}
+"""torch's ``c10d`` operators by the kind of collective they are."""
+
+
+def operator_name(func) -> str:
+    """``aten::convolution`` for ``aten.convolution.default``: overloads of an operator count as one."""
+    return f"{func.namespace}::{func._opname}"
+
+
+def collective_bytes(func, args, kwargs) -> int:
+    """The bytes this rank contributes to a ``c10d`` collective: its input tensors (a barrier's
+    placeholder tensor carries no data)."""
+    if func._opname == "barrier":
+        return 0
+    named = dict(zip((argument.name for argument in func._schema.arguments), args)) | dict(kwargs)
+    given = next((named[name] for name in ("input_tensors", "input_tensor", "input", "tensors") if name in named), ())
+    return sum(tensor.nbytes for tensor in tree_leaves(given) if isinstance(tensor, torch.Tensor))
+
+
+class StepCountingMode(TorchDispatchMode):
+    """Operators by name, ``c10d`` collectives into a tally, and the peak of the bytes the step's
+    operators allocated: a storage an operator returns that none of its inputs had is new, and
+    counts until it is freed."""
+
+    def __init__(self, tally: CollectiveTally):
+        super().__init__()
+        self.operators: collections.Counter = collections.Counter()
+        self.tally = tally
+        self.live: dict[int, int] = {}
+        self.live_bytes = 0
+        self.peak_bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.operators[operator_name(func)] += 1
+        if func.namespace == "c10d" and func._opname in COLLECTIVE_KINDS:
+            self.tally.add(COLLECTIVE_KINDS[func._opname], collective_bytes(func, args, kwargs))
+        out = func(*args, **kwargs)
+        given = {tensor.untyped_storage().data_ptr() for tensor in tree_leaves((args, kwargs))
+                 if isinstance(tensor, torch.Tensor)}
+        for tensor in tree_leaves(out):
+            if isinstance(tensor, torch.Tensor):
+                self._allocated(tensor.untyped_storage(), given)
+        return out
+
+    def _allocated(self, storage, given: set[int]) -> None:
+        key = id(storage)
+        if key in self.live or storage.data_ptr() in given or storage.nbytes() == 0:
+            return
+        self.live[key] = storage.nbytes()
+        self.live_bytes += storage.nbytes()
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        weakref.finalize(storage, self._freed, key)
+
+    def _freed(self, key: int) -> None:
+        self.live_bytes -= self.live.pop(key, 0)
+
+
+class TorchWorkCounter(WorkCounter):
+    """Counts a torch rank's step on ``device``; ``collectives`` is the adapter's own count of the
+    collectives that bypass torch's dispatcher, or None where they all pass through it."""
+
+    def __init__(self, device: torch.device,
+                 collectives: Callable[[CollectiveTally], contextlib.AbstractContextManager] | None = None):
+        self.device = device
+        self.collectives = collectives
+
+    def start(self) -> None:
+        self.tally = CollectiveTally()
+        self.counting = StepCountingMode(self.tally)
+        self.flops = FlopCounterMode(display=False)
+        self.kernels = KernelCount(self.device) if self.device.type == "cuda" else None
+        with contextlib.ExitStack() as stack:  # unwound at once where a part cannot start
+            for part in (self.kernels, self.collectives(self.tally) if self.collectives else None,
+                         self.flops, self.counting):
+                if part is not None:
+                    stack.enter_context(part)
+            self.stack = stack.pop_all()
+
+    def stop(self) -> dict:
+        self.stack.close()
+        by_operator = {operator_name_of_packet(packet): int(value)
+                       for packet, value in self.flops.get_flop_counts().get("Global", {}).items()}
+        work = {
+            "operators": dict(sorted(self.counting.operators.items())),
+            "flops": {"total": int(self.flops.get_total_flops()), "by_operator": dict(sorted(by_operator.items()))},
+            "collectives": self.tally.to_json(),
+            "memory": {"step_peak_bytes": self.counting.peak_bytes},
+            "not_counted": {},
+        }
+        if self.kernels is not None:
+            work["gpu"] = self.kernels.to_json()
+        else:
+            work["not_counted"]["gpu"] = "a CPU rank runs no GPU kernels"
+        return work
+
+
+def operator_name_of_packet(packet) -> str:
+    """``aten::convolution`` for FlopCounterMode's key ``aten.convolution``."""
+    namespace, _, name = str(packet).partition(".")
+    return f"{namespace}::{name}" if name else str(packet)
+
+
+class KernelCount:
+    """The GPU kernels a step launched and the sum of their device time, by torch's profiler: the
+    one timed figure of the work, much steadier than the step's wall time."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.kernels = 0
+        self.kernel_time_us = 0.0
+
+    def __enter__(self) -> KernelCount:
+        from torch.profiler import ProfilerActivity, profile
+
+        torch.cuda.synchronize(self.device)
+        self.profile = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        self.profile.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch.cuda.synchronize(self.device)
+        self.profile.__exit__(*exc)
+        if exc[0] is None:
+            self.kernels, self.kernel_time_us = kernel_totals(self.profile.events())
+
+    def to_json(self) -> dict:
+        return {"kernels": self.kernels, "kernel_time_s": round(self.kernel_time_us / 1e6, 6)}
+
+
+def kernel_totals(events) -> tuple[int, float]:
+    """The kernels among a profile's ``events`` and their summed device time (microseconds)."""
+    from torch.autograd import DeviceType
+
+    kernels = [event for event in events if event.device_type == DeviceType.CUDA]
+    return len(kernels), sum(getattr(event, "device_time", 0.0) for event in kernels)
