@@ -61,7 +61,7 @@ def compare(directory: Path, label: str, index: int, total: int, *flags: str, sy
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(directory / results, Path(keep) / f"{re.sub(r'[^A-Za-z0-9]+', '-', label)}-{os.getpid()}-{results}")
     cell, = json.loads((directory / results).read_text())["paired_cells"]
-    ratio = cell["ratio"] or {}
+    ratio = {key: float("nan") if value is None else value for key, value in (cell["ratio"] or {}).items()}
     print(f"{label} {index + 1}/{total}: {cell['verdict']:<12} {ratio.get('value', float('nan')):.3f} "
           f"[{ratio.get('low', float('nan')):.3f}, {ratio.get('high', float('nan')):.3f}] "
           f"after {len(cell['pairs'])} pairs ({cell['launches']} launches, {cell['wall_s']:.0f} s"

@@ -2,11 +2,12 @@
 software shows in one launch whatever the machine's speed (docs/verdicts.md, "Counted work").
 
 After its timed window a rank runs :data:`COUNTED_STEPS` more steps, the same lines of the training
-loop as its timed steps, under its runtime's :class:`WorkCounter`: counting never slows a timed step. The rank's record then holds ``work``,
-per step: the operators the step ran (calls by name), their FLOPs, the collectives by kind (calls
-and bytes), the peak of the memory the step allocated, the data its batch took to make, and on a
-GPU the kernels and their device time. What could not be counted is named under ``not_counted``
-with the reason: an absent count never means zero, and a zero is a count.
+loop as its timed steps, under its runtime's :class:`WorkCounter`: counting never slows a timed
+step. The rank's record then holds ``work``, per step: the operators the step ran (calls by name),
+their FLOPs, the collectives by kind (calls and bytes), the peak of the memory the step allocated,
+the data its batch took to make, and on a GPU the kernels and their device time. What could not be
+counted is named under ``not_counted`` with the reason: an absent count never means zero, and a
+zero is a count.
 """
 from __future__ import annotations
 

@@ -484,7 +484,7 @@ class Bisect:
             raise BisectError(f"the good end is not faster than the bad one: {kind}, {evidence}")
         work = None
         fix = kind == PairedKind.IMPROVED
-        if self.by_work:  # the change is its work's, verified by its work against its parent's; the pairs state its speed
+        if self.by_work:  # a change of work, verified by its work against its parent's; the pairs state its speed
             work = compare_work(self._work_of(parent), self._work_of(culprit))
             verified = work.changed
             evidence = f"{work.text()}; speed: {kind}, {evidence}"

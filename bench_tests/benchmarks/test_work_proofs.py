@@ -6,7 +6,7 @@
 - a model change of about 5% (ResNet44's last stage 64 -> 68 channels) judged by ``--against git:``
   on a 1-rank and a 2-rank cell: the work change named, with its operator, from the first pair.
 
-    DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_counted_work.py -s
+    DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_work_proofs.py -s
     (DLSCALE_WORK_ROUNDS: rounds of the cost benchmark, default 5; DLSCALE_WORK_REPEATS: sessions of
     the model change per cell, default 10)
 
