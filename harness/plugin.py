@@ -154,6 +154,10 @@ class _Progress:
         if now - self.last < self.every_s:
             return
         self.last = now
+        self.always(line)
+
+    def always(self, line: str) -> None:
+        """A line that must not be dropped for the pace (an A/B's counted work, its looks)."""
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         capture = self.config.pluginmanager.get_plugin("capturemanager")
         if reporter is None or capture is None:

@@ -68,6 +68,8 @@ def test_a_commit_that_slows_every_step_regresses_against_its_parent(project, tm
     flops = next(moved for moved in work["change"]["moved"] if moved["part"] == "flops")
     assert flops["ratio"] == pytest.approx(3.0) and flops["text"].startswith("+200.0% FLOPs (aten::convolution"), work
     assert work["launches_differ"] == [] and f"{CELL}: work: +200.0% FLOPs (aten::convolution" in output
+    said = output.index(f"[dlscale] {CELL}: work: +200.0% FLOPs")  # as the first pair ends, before any look
+    assert said < output.index(f"[dlscale] {CELL}: regressed after 6 pairs"), output[-3000:]
     # the stored baseline's verdict of the very launches of the current side, beside the pairs' (a
     # fail, or inconclusive where the contention guard saw enough outside work on a busy CI machine)
     stored = cell["stored_baseline"]

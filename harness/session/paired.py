@@ -329,7 +329,10 @@ def _measure_rounds(result: PairedResult, pair_of: PairFn, settings: PairSetting
         while len(result.pairs) < target:  # a pair left out is made up for, the orders rebalanced
             kept = [pair.order for pair in result.pairs]
             for order in next_orders(target - len(result.pairs), kept, rng, arrangements):
+                compared = result.work_change is not None
                 _one_pair(result, order, pair_of, settings)
+                if on_progress and not compared and result.work_change is not None:  # before any speed verdict
+                    on_progress(f"{result.cell.id}: {result.work_change.text()} (the first pair's counted work)")
                 result.wall_s = time.monotonic() - started
                 on_pair(result)
                 if result.error:

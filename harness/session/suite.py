@@ -390,7 +390,9 @@ class Suite:
                 return PairedResult(cell=cell, reference=reference, duet=True, error=reason), None
             together = self._duet_launches(cell, sides, on_progress, current_runs)
         try:
-            result = measure_pairs(cell, reference, launch, settings, on_progress=on_progress, together=together)
+            # the A/B's own lines (its first pair's work, its looks) are never dropped for the launches' pace
+            said = getattr(on_progress, "always", on_progress)
+            result = measure_pairs(cell, reference, launch, settings, on_progress=said, together=together)
             interrupt = None
         except PairsInterrupted as interrupted:
             result, interrupt = interrupted.result, interrupted

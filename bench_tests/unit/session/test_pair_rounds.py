@@ -187,3 +187,23 @@ def test_where_a_launchs_time_went_is_read_from_rank_0s_marks():
                                   "window_end": 1002.8, "done": 1002.9}
     assert where_time_went(run) == {"start-up": 1.5, "set-up": 0.5, "warm-up": 0.4, "window": 0.4, "teardown": 0.1,
                                     "exit": 1.1}
+
+
+def test_the_first_pairs_work_is_said_before_any_speed_verdict():
+    said = []
+    measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2), SETTINGS, seed=1, on_progress=said.append)
+    assert said[0].startswith(f"{CELL.id}: work: not compared (the reference and the current side counted no work")
+    with_work = launch_of(lambda side, n: 0.2)
+
+    def counted(side):
+        run = with_work(side)
+        flops = 1000 if side == "reference" else 1100
+        for record in run.records:
+            record["work"] = {"flops": {"total": flops, "by_operator": {"aten::convolution": flops}},
+                              "not_counted": {}}
+        return run
+
+    said.clear()
+    result = measure_pairs(CELL, REFERENCE, counted, SETTINGS, seed=1, on_progress=said.append)
+    assert said[0] == f"{CELL.id}: work: +10.0% FLOPs (aten::convolution) (the first pair's counted work)"
+    assert result.to_json()["work"]["launches_differ"] == []
