@@ -221,4 +221,3 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
     if counting is not None:
         samples["work"] = counting.work()
     return samples
-

@@ -181,5 +181,5 @@ def test_the_native_loader_says_which_files_its_last_batch_read(tiny_dataset):
     first = loader.batch_data()["data"]
     order = list(loader.sampler)[:4]
     assert first == {"images_decoded": 4,
-                     "bytes_read": sum(os.path.getsize(loader.dataset.samples[i][0]) for i in order)}
+                     "bytes_read": sum(os.path.getsize(loader.loader.dataset.samples[i][0]) for i in order)}
     assert first["bytes_read"] > 4 * 100  # real JPEG files

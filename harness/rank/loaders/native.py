@@ -58,9 +58,8 @@ class NativeLoader(Loader):
             raise ValueError(f"dataset {workload.data_dir} has {len(dataset)} images: too few for one batch of "
                              f"{workload.batch_size} per rank on {rank.world_size} ranks")
         self._settings = {"num_workers": workers, "images": len(dataset), "classes": len(dataset.classes)}
-        self.dataset = dataset
-        self.batch_size = workload.batch_size
         self.last_batch: list[int] = []
+        """The dataset's indices of the last batch yielded."""
 
     def __iter__(self):
         epoch = 0
@@ -68,13 +67,14 @@ class NativeLoader(Loader):
             self.sampler.set_epoch(epoch)
             order = list(self.sampler)  # the order the DataLoader takes this epoch's images in
             for index, (images, labels) in enumerate(self.loader):
-                self.last_batch = order[index * self.batch_size:(index + 1) * self.batch_size]
+                size = self.loader.batch_size
+                self.last_batch = order[index * size:(index + 1) * size]
                 yield images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
             epoch += 1
 
     def batch_data(self) -> dict:
-        return {"data": {"images_decoded": len(self.last_batch),
-                         "bytes_read": sum(os.path.getsize(self.dataset.samples[i][0]) for i in self.last_batch)}}
+        files = [self.loader.dataset.samples[index][0] for index in self.last_batch]
+        return {"data": {"images_decoded": len(files), "bytes_read": sum(os.path.getsize(path) for path in files)}}
 
     def settings(self) -> dict:
         return dict(self._settings)
