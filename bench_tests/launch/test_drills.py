@@ -351,7 +351,9 @@ def test_ctrl_c_mid_a_b_keeps_the_pairs_measured(tmp_path):
     assert suite.returncode == pytest.ExitCode.INTERRUPTED, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
     kept = json.loads(results.read_text())["paired_cells"]
-    assert [(cell["interrupted"], len(cell["pairs"]), cell["launches"]) for cell in kept] == [(True, 2, 4)], log[-3000:]
+    # a pair left out for outside work (a busy CI machine) is kept apart from the judged ones
+    measured = [(cell["interrupted"], len(cell["pairs"]) + len(cell["left_out"]), cell["launches"]) for cell in kept]
+    assert measured == [(True, 2, 4)], log[-3000:]
     assert kept[0]["verdict"] == "inconclusive"  # two pairs cannot tell
     assert "interrupted after 2 pairs: judged on those" in log
     assert "kept 1 finished cell(s) (ddp-synthetic-resnet20-g1 (A/B: 2 pairs, inconclusive))" in log, log[-3000:]
@@ -525,6 +527,9 @@ def test_local_slurm_comes_back_ready_after_its_daemons_died_mid_job(request):
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_until(lambda: _job_state(name) == "RUNNING", timeout_s=60)
+        # RUNNING is the allocation; the step's slurmstepd and its task may still be on their way,
+        # and one forked after the scan below would outlive the kill.
+        _wait_until(lambda: pids_with(f"SLURM_JOB_NAME={name}".encode()), timeout_s=60)
         job_id = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True).stdout.strip()
         doomed = [int((SLURM_STATE / f"{daemon}.pid").read_text()) for daemon in ("slurmctld", "slurmd")]
         doomed += pids_with(f"[{job_id}.".encode(), "cmdline") + pids_with(f"SLURM_JOB_NAME={name}".encode())
