@@ -5,9 +5,9 @@ their link limited by ``tc`` (a token bucket on each end) to each rate in RATES_
     DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_scaling_model_over_a_link.py -s
 
 The model is calibrated once, on the run at FIT_RATE_MBIT (its breakdown: compute, data,
-optimizer, the communication backward did not hide, the step jitter; the link at the rate tc
-enforces), and predicts the step time and E_2 = step(1 rank) / step(2 ranks) at every other rate,
-beside what was measured there. It is calibrated at the fastest rate: there the all-reduce is
+optimizer, the communication backward did not hide, the spread and delays of the ranks' steps;
+the link at the rate tc enforces), and predicts the step time and E_2 = step(1 rank) / step(2
+ranks) at every other rate, beside what was measured there. It is calibrated at the fastest rate: there the all-reduce is
 shortest beside backward, so what backward hides of it is measured; at the slowest, the
 communication dwarfs backward and the overlap drowns in the link's own shortfall (TCP carries
 ~96% of the rate tc allows). A rate fails when the predicted step is more than MAX_ERROR from the
@@ -95,5 +95,5 @@ def test_the_model_calibrated_at_one_rate_predicts_the_others(hosts, tmp_path): 
             failures.append(rate)
     print(f"\n1 rank alone: step {step_alone:.3f} s; model at {FIT_RATE_MBIT} Mbit/s: compute {model.compute_s:.3f} s, "
           f"data {model.data_s:.3f} s, optimizer {model.optimizer_s:.3f} s, exposed {model.exposed_s:.3f} s, "
-          f"jitter {model.jitter_s:.3f} s, {model.buckets} bucket(s), backward hid {hidden:.3f} s\n" + "\n".join(rows))
+          f"{model.buckets} bucket(s), backward hid {hidden:.3f} s; {model.delay.describe()}\n" + "\n".join(rows))
     assert not failures, f"predicted step more than {MAX_ERROR:.0%} off at {failures} Mbit/s"

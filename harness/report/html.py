@@ -218,17 +218,22 @@ def _scaling_model_section(published: Mapping | None, collectives: Mapping | Non
     """The scaling model: its validation against the study, and with a collective benchmark each
     cell's predicted E_G with this machine's all-reduce as every link."""
     parts = ["<h2>Scaling model</h2><p class='note'>A step-time model (harness.report.scaling_model): compute, "
-             "data, the all-reduce over the slowest link the GPUs span and the wait for the slowest GPU; "
+             "data, decoding on the GPU, the all-reduce over the slowest link the GPUs span and the wait for "
+             "the slowest GPU; "
              "python -m harness.report.scaling_model predicts a cell with your network's nccl-tests or OSU "
              "timings.</p>"]
     if published is not None:
         fitted = scaling_validation.fit(published)
         checks = scaling_validation.validate(published, fitted)
-        parts += ["<h3>Against the study</h3><p class='note'>Fitted on the study's one-node runtimes and its "
-                  "network's published speeds, plus one published point each for the step jitter "
-                  f"({fitted.jitter_share:.1%} of the step) and the file system the native loader reads "
-                  f"({fitted.images_per_s:,.0f} images/s): {html.escape(scaling_validation.summary(checks))}.</p>",
-                  _table(scaling_validation.validation_rows(checks))]
+        summary = scaling_validation.summarise(checks, scaling_validation.leave_one_out(published))
+        parts += ["<h3>Against the study</h3><p class='note'>Fed the study's one-node runtimes, its network's "
+                  "published speeds and the published cost of decoding on an A100, plus one published point "
+                  f"each for the wait for the slowest GPU ({fitted.delay_mean_s * 1e6:.1f} us a rank loses per "
+                  f"step to fixed-duration delays) and the file system the native loader reads "
+                  f"({fitted.images_per_s:,.0f} images/s): {html.escape(str(summary))}.</p>",
+                  _table(scaling_validation.validation_rows(checks)),
+                  "<p class='note'>Where the efficiency goes (python -m harness.report.scaling_validation):</p>",
+                  _table(scaling_validation.share_rows(fitted))]
     if collectives is not None and workload and workload.get("batch_size"):
         link = collectives_link(collectives)
         columns = (8, 64, 256, 1024)
