@@ -27,6 +27,7 @@ from harness.report.framework_comparison import PUBLISHED_NOTES, REFERENCE_FRAME
 from harness.report.html import COLLECTIVES_FILE, junit_properties, write_report
 from harness.report.tables import accuracy_rows, format_table, paired_rows, summary_rows
 from harness.session.cli import OPTIONS, REPEATABLE, SWITCH
+from harness.session.instructions import instruction_lines
 from harness.session.paired import PairedResult
 from harness.session.suite import Suite, SuiteError, SuiteOptions
 from harness.store.baselines import BaselineError
@@ -82,6 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
     values["confirm"] = config.getoption("dlscale_confirm")
     values["yardstick"] = not config.getoption("dlscale_no_yardstick")
     values["count_work"] = not config.getoption("dlscale_no_count_work")
+    values["count_instructions"] = config.getoption("dlscale_count_instructions")
     values["accept_regressions"] = config.getoption("dlscale_accept_regressions")
     values["channels_last"] = config.getoption("dlscale_channels_last")
     values["compile"] = config.getoption("dlscale_compile")
@@ -490,6 +492,7 @@ def _write_paired_summary(terminalreporter, suite: Suite) -> None:
             "called stand" + (f"; held inconclusive: {', '.join(held)}" if held else ""))
     for result in suite.paired_results:
         lines = [result.work_line] if result.work_line else []
+        lines += instruction_lines(result.instructions)
         lines += [f"the {side} side's launches counted other work than its first: they did not run the same steps"
                   for side in result.work_differs()]
         lines += [f"interrupted after {len(result.pairs)} pairs: judged on those"] if result.interrupted else []

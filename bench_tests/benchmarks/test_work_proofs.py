@@ -4,7 +4,8 @@
   side in random order, the ratio of their wall times printed (the issue's bound: 10%);
 - A/As: every counted launch of a cell counts the same work, and so does each launcher;
 - a model change of about 5% (ResNet44's last stage 64 -> 68 channels) judged by ``--against git:``
-  on a 1-rank and a 2-rank cell: the work change named, with its operator, from the first pair.
+  on a 1-rank and a 2-rank cell: the work change named, with its operator, from the first pair; and
+  by its host instructions (``--count-instructions``, one launch a side under callgrind).
 
     DLSCALE_BENCHMARKS=1 pytest bench_tests/benchmarks/test_work_proofs.py -s
     (DLSCALE_WORK_ROUNDS: rounds of the cost benchmark, default 5; DLSCALE_WORK_REPEATS: sessions of
@@ -98,6 +99,19 @@ def test_a_wider_layer_is_named_by_its_work_from_the_first_pair(ranks, tmp_path)
     print(f"wider last stage, g{ranks}: its work change named from the first pair in {sum(named)} of {REPEATS} "
           "sessions")
     assert all(named)
+
+
+def test_a_wider_layer_is_named_by_its_instructions_from_one_launch_a_side(tmp_path):
+    """The same 5% model change, by ``--count-instructions``: one launch a side under callgrind."""
+    project = throwaway_project(tmp_path / "project", [(WIDER_SUBJECT, widen_last_stage)])
+    cell = compare(tmp_path / "sessions", "wider g1, instructions", 0, 1, "--against", "git:HEAD~1", "--gpus", "1",
+                   "--count-instructions", "--pairs", "6", "--max-pairs", "6", project=project)
+    counted = cell["instructions"]
+    print(f"wider last stage, g1: {counted.get('reading') or counted['error']}; launches under callgrind "
+          f"{counted['launches']}")
+    for line in counted.get("moved", []):
+        print(f"  moved most: {line}")
+    assert counted["change"]["changed"] and counted["change"]["ratio"] > 1.02
 
 
 def test_a_bisect_over_six_commits_names_the_wider_layer_by_its_work(tmp_path):

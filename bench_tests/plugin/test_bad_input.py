@@ -135,6 +135,9 @@ CASES = {
                                           ["--against torch-2.13: not a reference; say one of git:REF"]),
     "against-with-update-baselines": ({}, ["--against", "env:X=1", "--update-baselines"],
                                       ["--against compares two environments", "leave out --update-baselines"]),
+    "count-instructions-without-against": ({}, ["--count-instructions"],
+                                           ["--count-instructions compares the host instructions of an A/B's two "
+                                            "sides: give it with --against"]),
 }
 
 

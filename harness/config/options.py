@@ -74,6 +74,9 @@ class SuiteOptions:
     """``--update-baselines`` records a cell judged ``fail`` too (a slowdown the site accepts)."""
     count_work: bool = True
     """Count each rank's work in a step after its timed window (harness.rank.work)."""
+    count_instructions: bool = False
+    """An A/B first launches each side once with its ranks under valgrind's callgrind and compares
+    their steps' host instructions (harness.session.instructions)."""
     yardstick: bool = True
     """Judge a CPU cell's throughput normalised to its baseline's machine speed (harness.judging.yardstick);
     False judges it as measured, e.g. to check the machine itself."""
@@ -136,6 +139,9 @@ def check_settings(options: SuiteOptions) -> None:
         raise SuiteError(f"--spending: {options.spending!r} is not one of {', '.join(SPENDING_RULES)}")
     if options.duet and not (options.against or options.confirm):
         raise SuiteError("--duet runs an A/B's pairs at once: give it with --against or --confirm")
+    if options.count_instructions and not options.against:
+        raise SuiteError("--count-instructions compares the host instructions of an A/B's two sides: give it with "
+                         "--against")
     if options.pairs > options.max_pairs:
         raise SuiteError(f"--pairs ({options.pairs}) must not exceed --max-pairs ({options.max_pairs})")
     if options.device not in DEVICES:

@@ -45,6 +45,9 @@ class RankOptions:
     count_work: bool = True
     """Count the work of steps after the timed window (harness.rank.work): operators, FLOPs,
     collectives, memory and data."""
+    count_instructions: bool = False
+    """Run under valgrind's callgrind and count the host instructions of steps after a one-step
+    window, on one compute thread (harness.rank.instructions); the launch's times say nothing."""
     fault: Fault | None = None
     data_delay: DataDelay | None = None
     accuracy: Mapping[str, Any] | None = None

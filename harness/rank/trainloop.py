@@ -12,7 +12,9 @@ before and after the timed window; harness.judging.breakdown splits ``fwd_bwd`` 
 communication with it. What could set the launch's speed is read over the window
 (``launch_facts``, :mod:`harness.rank.launch_facts`). After the window and its probes, the loop
 runs :data:`~harness.rank.work.COUNTED_STEPS` more steps, the same lines as the timed ones, under a
-:class:`~harness.rank.work.WorkCounter` (``work``, :mod:`harness.rank.work`).
+:class:`~harness.rank.work.WorkCounter` (``work``, :mod:`harness.rank.work`), or, in a rank under
+callgrind, :data:`~harness.rank.instructions.INSTRUCTION_STEPS` steps whose host instructions are
+counted (``instructions``, :mod:`harness.rank.instructions`).
 """
 from __future__ import annotations
 
@@ -24,10 +26,12 @@ from harness.rank.clocks import HostClock, StepClock, Sync
 from harness.rank.contention import OutsideWork, RunQueueWait
 from harness.rank.launch_facts import LaunchFacts
 from harness.rank.frameworks.base import LossFn, Trainer
-from harness.rank.work import COUNTED_STEPS, StepCounting, WorkCounter
+from harness.rank.work import StepCounting, WorkCounter
 
 if TYPE_CHECKING:  # the loop itself runs in every runtime, torch's or not
     import torch
+
+    from harness.rank.instructions import InstructionCounting
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -120,7 +124,8 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
           device: torch.device, progress: ProgressFn, probe: ComputeProbe | None = None,
           probe_steps: int = PROBE_STEPS, own_cores: Collection[int] | None = None,
           sync: Sync | None = None, clock: StepClock | None = None, gate: Callable[[], float] | None = None,
-          counter: WorkCounter | None = None, batch_data: Callable[[], dict] | None = None) -> dict:
+          counter: WorkCounter | None = None, batch_data: Callable[[], dict] | None = None,
+          instructions: InstructionCounting | None = None) -> dict:
     """Run ``warmup_steps`` untimed then ``steps`` timed training steps; return this rank's samples.
 
     With a ``probe``, ``probe_steps`` local compute probes run on the last warm-up batch just before
@@ -134,6 +139,8 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
     waits for another launch before its window (a duet's, :mod:`harness.rank.gate`). ``counter``:
     counts the work of the steps after the window (``work``); ``batch_data`` says what the last
     batch taken took to make (the loader's :meth:`~harness.rank.loaders.base.Loader.batch_data`).
+    ``instructions``: counts the host instructions of the steps after the window instead
+    (``instructions``, a rank under callgrind: :mod:`harness.rank.instructions`).
     """
     sync = sync or device_sync(device)
     clock = clock or HostClock(sync)
@@ -150,8 +157,10 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
     run_queue = None
     images_seen = 0
     batch = None
-    counting = StepCounting(counter, batch_data) if counter is not None else None
-    for phase, count in (("warmup", warmup_steps), ("timed", steps), ("counted", COUNTED_STEPS if counting else 0)):
+    if counter is not None and instructions is not None:
+        raise ValueError("a launch counts its steps' work or their instructions, not both (the one would count the other)")
+    counting = StepCounting(counter, batch_data) if counter is not None else instructions
+    for phase, count in (("warmup", warmup_steps), ("timed", steps), ("counted", counting.steps if counting else 0)):
         if phase == "timed":
             if probe is not None and batch is not None:  # without warm-up, only after the window
                 probes += run_probes(probe, batch, probe_steps, sync)
@@ -218,6 +227,8 @@ def train(adapter: Trainer, batches: Iterable, *, warmup_steps: int, steps: int,
     if probe is not None:
         probe.close()
         samples["compute_probe"] = probes
-    if counting is not None:
+    if instructions is not None:
+        samples["instructions"] = instructions.result()
+    elif counting is not None:
         samples["work"] = counting.work()
     return samples

@@ -67,6 +67,8 @@ class StepCounting:
     A count that fails is named in :meth:`work` and ends the counting, never the launch: the steps
     go on uncounted and the timed figures stand."""
 
+    steps = COUNTED_STEPS
+
     def __init__(self, counter: WorkCounter, batch_data: Callable[[], Mapping] | None = None):
         self.counter = counter
         self.batch_data = batch_data

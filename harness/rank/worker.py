@@ -23,6 +23,7 @@ from typing import Callable, Iterator
 
 from harness import HARNESS_SOURCE
 from harness.common.jsonio import write_json_atomic
+from harness.rank.instructions import InstructionCounting, exec_under_callgrind
 from harness.rank.layout import apply_at_start
 from harness.rank.numerics import Numerics
 from harness.rank.rankenv import RankInfo, address_toward, read_rank_info
@@ -130,7 +131,7 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
         cores = bind_near_gpu(rank.local_rank, rank.local_world_size)
     else:
         cores = None
-    threads = len(cores) if cores else threads_for(rank, options.threads_per_rank)
+    threads = 1 if options.count_instructions else len(cores) if cores else threads_for(rank, options.threads_per_rank)
     runtime.set_threads(threads)
     runtime.seed(workload.seed)
     progress = with_fault(progress, options.fault, rank.rank)
@@ -177,11 +178,17 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
                 batches = with_fault_batches(batches, progress)  # a 'slow' fault sleeps inside the timed steps
                 gate = (functools.partial(meet, options.window_gate)
                         if options.window_gate and rank.rank == 0 else None)
-                counter, not_counted = work_counter(runtime, adapter, device, options.count_work)
+                if options.count_instructions:  # the work's own counting would be counted
+                    instructions, counter = InstructionCounting(Path(spec.output_dir)), None
+                    not_counted = {"work": uncounted("this launch counted its steps' host instructions instead")}
+                else:
+                    instructions = None
+                    counter, not_counted = work_counter(runtime, adapter, device, options.count_work)
                 samples = train(adapter, batches, warmup_steps=workload.warmup_steps, steps=workload.steps,
                                 device=device, progress=progress, probe=probe, own_cores=cores,
                                 sync=runtime.sync(device), clock=runtime.clock(device), gate=gate,
-                                counter=counter, batch_data=getattr(loader, "batch_data", None))
+                                counter=counter, batch_data=getattr(loader, "batch_data", None),
+                                instructions=instructions)
                 samples.update(not_counted)
             finally:
                 loader.close()
@@ -264,6 +271,8 @@ def main(argv: list[str]) -> int:
     try:
         rank = read_rank_info(os.environ)
         label = f"rank{rank.rank}"
+        if spec.options.count_instructions:
+            exec_under_callgrind(["-m", "harness.rank.worker", *argv[1:]], output)
         dumps = StackDumps(output, label, spec.silent_dump_s)
         task = run_accuracy_task if spec.options.accuracy is not None else run
         record = task(spec, rank, ProgressFile(output / f"progress-{label}.json", rank.rank, on_write=dumps.progressed))

@@ -104,6 +104,9 @@ class PairedResult:
     """Each side's counted work in the first pair both sides completed (harness.judging.work.cell_work)."""
     work_change: WorkChange | None = None
     """What moved from the reference's work to the current side's in that pair."""
+    instructions: dict | None = None
+    """Each side's host instructions per step, counted under callgrind before the pairs, and what
+    moved (``--count-instructions``, harness.session.instructions)."""
     interrupted: bool = False
     """The session was interrupted (Ctrl-C, the batch system's SIGTERM) before the pairs' rounds were
     over: the verdict judges the pairs measured until then, the launch in flight left out."""
@@ -175,7 +178,8 @@ class PairedResult:
                    launches=int(data.get("launches") or 0), wall_s=float(data.get("wall_s") or 0.0),
                    seed=int(data["seed"]), change_p=float(data.get("change_p", 1.0)),
                    work=(data.get("work") or {}).get("sides"),
-                   work_change=WorkChange.from_json(data["work"]["change"]) if data.get("work") else None)
+                   work_change=WorkChange.from_json(data["work"]["change"]) if data.get("work") else None,
+                   instructions=data.get("instructions"))
 
     def to_json(self) -> dict:
         verdict = self.verdict
@@ -197,7 +201,7 @@ class PairedResult:
             "false_discovery": self.false_discovery,
             "work": {"sides": self.work, "change": self.work_change.to_json(), "reading": self.work_line,
                      "launches_differ": self.work_differs()} if self.work_change else None,
-            "interrupted": self.interrupted,
+            "instructions": self.instructions, "interrupted": self.interrupted,
         }
 
 

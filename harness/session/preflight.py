@@ -21,6 +21,7 @@ from harness.machine import allocation
 from harness.machine.package_sets import import_error
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
+from harness.rank.instructions import missing_tools
 from harness.rank.frameworks import FRAMEWORKS, has_servers, numerics_unsupported, training_ranks
 from harness.rank.loaders import FILE_LOADERS, LOADERS, TFRECORD_LOADERS
 from harness.rank.models import MODELS
@@ -140,6 +141,19 @@ def check_duet(options: SuiteOptions, launcher: str) -> None:
                          "take the node's CPUs, Slurm's GPU binding overrides each half's CUDA_VISIBLE_DEVICES, and "
                          "the core halves come from this process's affinity, not the compute node's; measure the "
                          "pairs back to back (without --duet)")
+
+
+def check_instructions(options: SuiteOptions, uses_gpus: bool) -> None:
+    """``--count-instructions`` is refused before any launch where it could count nothing: on GPU
+    ranks (callgrind sees the host's instructions only), or without valgrind and a C compiler on
+    this node."""
+    if not options.count_instructions:
+        return
+    if uses_gpus:
+        raise SuiteError("--count-instructions counts CPU ranks' host instructions under callgrind; a GPU rank's "
+                         "work is in its kernels (counted work, --device cpu for instructions)")
+    if reason := missing_tools():
+        raise SuiteError(f"--count-instructions: {reason}")
 
 
 GPU_DEVICE_FILES = ("/proc/driver/nvidia/gpus", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")

@@ -46,6 +46,7 @@ from harness.rank.spec import RankOptions
 from harness.rank.workload import Workload
 from harness.session import duet, preflight
 from harness.session.evaluation import evaluate
+from harness.session.instructions import count_instructions, instruction_limits, instruction_workload
 from harness.session.paired import (Confirmation, PairedResult, PairsInterrupted, PairSettings, TogetherFn,
                                     confirmed_by, measure_pairs, side_efficiency)
 from harness.session.results import AccuracyResult, CellResult, to_json
@@ -171,6 +172,7 @@ class Suite:
             return self.prepared
         options = self.options
         preflight.check_duet(options, self.launcher_name)
+        preflight.check_instructions(options, self.uses_gpus)
         if options.gpus:
             preflight.check_rank_counts(options, self.cells(), self.ps_servers, *self._rank_capacity)
         preflight.check_numerics(self.cells(), self.uses_gpus)
@@ -389,6 +391,14 @@ class Suite:
             if reason := self._cannot_duet(cell, reference):
                 return PairedResult(cell=cell, reference=reference, duet=True, error=reason), None
             together = self._duet_launches(cell, sides, on_progress, current_runs)
+        instructions = None
+        if o.count_instructions:
+            try:
+                instructions = self._count_instructions(cell, sides, on_progress)
+            except KeyboardInterrupt as interrupt:
+                result = PairedResult(cell=cell, reference=reference, duet=o.duet, interrupted=True,
+                                      error="interrupted while counting instructions, before any pair")
+                return result, PairsInterrupted(result)
         try:
             # the A/B's own lines (its first pair's work, its looks) are never dropped for the launches' pace
             said = getattr(on_progress, "always", on_progress)
@@ -396,6 +406,7 @@ class Suite:
             interrupt = None
         except PairsInterrupted as interrupted:
             result, interrupt = interrupted.result, interrupted
+        result.instructions = instructions
         if result.verdict is not None:
             result.change_p = repeated_p_value([pair.log_ratio for pair in result.pairs], result.looks, o.max_pairs,
                                                result.verdict.kind, settings.min_effect, settings.rule)
@@ -472,13 +483,34 @@ class Suite:
         return together
 
     def launch_in(self, cell: Cell, environment: references.Environment, place: str, *,
-                  launcher: Launcher | None = None, on_progress: Callable[[str], None] | None = None) -> CellRun:
+                  launcher: Launcher | None = None, on_progress: Callable[[str], None] | None = None,
+                  options: RankOptions | None = None, workload: Workload | None = None,
+                  limits: RunLimits | None = None) -> CellRun:
         """One launch of ``cell`` in ``environment`` (an A/B's side, a bisect's point), its files under
-        the workdir's ``place`` (:meth:`_pair_rank_options`)."""
+        the workdir's ``place``, with the pairs' rank options (:meth:`_pair_rank_options`), the
+        session's workload and limits unless given others."""
         ready = self.prepare()
-        return run_cell(cell, ready.workload, launcher or ready.launcher, workdir=self.options.workdir / place,
-                        limits=ready.limits, options=self._pair_rank_options(),
+        return run_cell(cell, workload or ready.workload, launcher or ready.launcher,
+                        workdir=self.options.workdir / place, limits=limits or ready.limits,
+                        options=options or self._pair_rank_options(),
                         on_progress=on_progress, source=environment.source, python=environment.python)
+
+    def _count_instructions(self, cell: Cell, sides: Mapping[str, tuple[Launcher, references.Environment]],
+                            on_progress: Callable[[str], None] | None) -> dict:
+        """The A/B's host instructions: one launch a side under callgrind (harness.session.instructions)."""
+        ready = self.prepare()
+        options = dataclasses.replace(self._pair_rank_options(), count_instructions=True, count_work=False)
+
+        def launch(side: str) -> CellRun:
+            launcher, environment = sides[side]
+            return self.launch_in(cell, environment, f"{side}-instructions", launcher=launcher,
+                                  on_progress=on_progress, options=options,
+                                  workload=instruction_workload(ready.workload), limits=instruction_limits(ready.limits))
+
+        def refused(side: str) -> str | None:
+            return preflight.worker_cannot_pair(sides[side][1], options) if side == "reference" else None
+
+        return count_instructions(launch, refused, getattr(on_progress, "always", on_progress), cell.id)
 
     def _pair_rank_options(self) -> RankOptions:
         """How an A/B's or a bisect's launches run: without the yardstick (the ratios of launches side

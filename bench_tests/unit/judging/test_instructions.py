@@ -1,0 +1,84 @@
+"""Host instructions compared (harness.judging.instructions): counts read from callgrind_annotate's
+listing, the same within the counts' own noise, the functions that moved most named."""
+import pytest
+
+from harness.judging.instructions import (JIT_CODE, SAME_WITHIN, annotated_counts, cell_instructions,
+                                          compare_instructions, most_moved)
+from harness.session.instructions import instruction_lines
+
+LISTING = """\
+--------------------------------------------------------------------------------
+Ir
+--------------------------------------------------------------------------------
+896,975,428  PROGRAM TOTALS
+
+--------------------------------------------------------------------------------
+Ir           file:function
+--------------------------------------------------------------------------------
+210,312,192  ???:dnnl::impl::cpu::jit_gemm_convolution_utils::col2im(conv_gemm_conf_t const&) [/lib/libtorch_cpu.so]
+171,229,344  ???:0x00000000e9dbc000 [???]
+148,008,091  ???:0x00000000e9efc000 [???]
+ 21,236,656 (2.37%)  ???:at::native::batch_norm_cpu_collect_stats_kernel(at::Tensor&) [/lib/libtorch_cpu.so]
+     12,345  Objects/obmalloc.c:_PyObject_Malloc [/usr/bin/python3.11]
+"""
+
+
+def counted(per_step: int, steps: tuple[int, int] | None = None, rank: int = 0) -> dict:
+    steps = steps or (per_step, per_step)
+    return {"rank": rank, "instructions": {"per_step": per_step, "steps": list(steps),
+                                           "files": [f"callgrind-1.out.{n}" for n in (1, 2)]}}
+
+
+def test_the_listing_gives_each_function_and_run_time_code_as_one():
+    counts = annotated_counts(LISTING)
+    assert counts[JIT_CODE] == 171_229_344 + 148_008_091  # addresses move from launch to launch
+    assert counts["at::native::batch_norm_cpu_collect_stats_kernel(at::Tensor&)"] == 21_236_656
+    assert counts["Objects/obmalloc.c:_PyObject_Malloc"] == 12_345
+    assert "PROGRAM TOTALS" not in counts and sum(counts.values()) == 550_798_628
+
+
+def test_a_cell_counts_its_ranks_summed_with_their_largest_step_spread():
+    cell = cell_instructions([counted(1_000_000, (1_000_000, 999_000)), counted(1_002_000, rank=1),
+                              {"rank": 2, "instructions": None}])
+    assert cell["per_step"] == 2_002_000 and cell["ranks"] == {"0": 1_000_000, "1": 1_002_000}
+    assert cell["step_spread"] == pytest.approx(0.001) and cell["files"]["0"] == "callgrind-1.out.2"
+    assert cell_instructions([{"rank": 0}]) is None
+
+
+def test_counts_within_their_own_noise_are_the_same_and_beyond_it_moved():
+    base = cell_instructions([counted(897_000_000)])
+    same = compare_instructions(base, cell_instructions([counted(897_100_000)]))
+    assert not same.changed and same.tolerance == SAME_WITHIN and same.text().startswith("instructions: the same")
+    wider = compare_instructions(base, cell_instructions([counted(950_000_000)]))
+    assert wider.changed and wider.text().startswith("instructions: +5.91%")
+    fewer = compare_instructions(base, cell_instructions([counted(890_000_000)]))
+    assert fewer.changed and fewer.ratio < 1
+
+
+def test_a_launch_whose_steps_spread_widens_what_counts_as_the_same():
+    noisy = cell_instructions([counted(1_000_000, (1_000_000, 990_000))])  # 1% between its own steps
+    change = compare_instructions(noisy, cell_instructions([counted(1_020_000)]))
+    assert change.tolerance == pytest.approx(0.03) and not change.changed
+
+
+def test_the_functions_that_moved_most_come_first_and_only_where_the_counts_moved():
+    reference = {"conv": 100, "relu": 50, "gone": 7}
+    current = {"conv": 160, "relu": 45, "new": 20}
+    assert most_moved(reference, current, top=3) == (("conv", 100, 160), ("new", 0, 20), ("gone", 7, 0))
+    base, wider = cell_instructions([counted(1_000_000)]), cell_instructions([counted(1_100_000)])
+    change = compare_instructions(base, wider, (reference, current))
+    assert change.moved_lines()[:2] == ["+60 (+60.0%) conv", "+20 (new) new"]
+    assert compare_instructions(base, base, (reference, current)).moved == ()  # the same: nothing named
+
+
+def test_the_summary_says_the_counts_their_cost_or_why_none_were_counted():
+    base, wider = cell_instructions([counted(1_000_000)]), cell_instructions([counted(1_100_000)])
+    change = compare_instructions(base, wider, ({"conv": 1}, {"conv": 5}))
+    section = {"reading": change.text(), "moved": change.moved_lines(),
+               "launches": {"reference": {"wall_s": 61.2}, "current": {"wall_s": 70.6}}}
+    assert instruction_lines(section) == [
+        "instructions: +10.00% (1,100,000 against 1,000,000 a step) (one launch a side under callgrind: 61 s and 71 s)",
+        "moved most: +4 (+400.0%) conv"]
+    assert instruction_lines({"error": "the reference side cannot count instructions: old"}) == [
+        "instructions not counted: the reference side cannot count instructions: old"]
+    assert instruction_lines(None) == []

@@ -1,0 +1,76 @@
+"""An A/B's host instructions (``--count-instructions``): one launch a side with its ranks under
+valgrind's callgrind (:mod:`harness.rank.instructions`), before the pairs, compared by
+:mod:`harness.judging.instructions`. The launches' times say nothing and are not pairs; what they
+cost is kept beside the counts."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+from harness.judging.instructions import cell_instructions, compare_instructions, function_counts
+from harness.launch.runner import CellRun, RunLimits
+from harness.rank.workload import Workload
+
+SIDES = ("reference", "current")
+
+SILENCE_S = 1200.0
+"""Seconds a rank under callgrind may go without progress: a step runs 20-30 times slower than
+natively with oneDNN's AVX kernels (and hundreds of times with its AVX2 ones)."""
+
+TIMEOUT_S = 3600.0
+
+
+def instruction_workload(workload: Workload) -> Workload:
+    """The workload of an instruction launch: one warm-up step and a one-step window before the
+    counted steps; its times are not read."""
+    return workload.replace(warmup_steps=1, steps=1)
+
+
+def instruction_limits(limits: RunLimits) -> RunLimits:
+    return dataclasses.replace(limits, heartbeat_s=max(limits.heartbeat_s, SILENCE_S),
+                               timeout_s=max(limits.timeout_s, TIMEOUT_S))
+
+
+def count_instructions(launch: Callable[[str], CellRun], refused: Callable[[str], str | None],
+                       on_progress: Callable[[str], None] | None = None, cell_id: str = "") -> dict:
+    """Launch each side once under callgrind (``launch``), unless ``refused`` says why a side
+    cannot (an older reference's worker); the A/B's ``instructions``: each side's counts and its
+    launch, what moved, or the error that left them uncounted."""
+    sides: dict[str, dict] = {}
+    launches: dict[str, dict] = {}
+    for side in SIDES:
+        if reason := refused(side):
+            return {"error": f"the {side} side cannot count instructions: {reason}", "launches": launches}
+        run = launch(side)
+        launches[side] = {"status": run.status, "wall_s": round(run.wall_s, 1)}
+        counted = cell_instructions(run.records) if run.ok else None
+        if counted is None:
+            why = (run.error or run.status).strip().splitlines()[0] if not run.ok else "no rank counted any"
+            return {"error": f"the {side} side's launch under callgrind counted no instructions: {why}",
+                    "launches": launches}
+        sides[side] = {**counted, "output_dir": str(run.log_path.parent)}
+    try:
+        functions = tuple(function_counts(Path(sides[side]["output_dir"]) / sides[side]["files"]["0"])
+                          for side in SIDES)
+    except (OSError, subprocess.CalledProcessError, KeyError):
+        functions = None  # the counts stand without the functions that moved
+    change = compare_instructions(sides["reference"], sides["current"], functions)
+    section = {"sides": sides, "launches": launches, "change": change.to_json(), "reading": change.text(),
+               "moved": change.moved_lines()}
+    if on_progress:
+        on_progress(f"{cell_id}: {instruction_lines(section)[0]}")
+    return section
+
+
+def instruction_lines(section: dict | None) -> list[str]:
+    """What an A/B's ``instructions`` says, a line each: the counts compared with what the launches
+    cost, then the functions that moved most."""
+    if not section:
+        return []
+    if section.get("error"):
+        return [f"instructions not counted: {section['error']}"]
+    launches = section["launches"]
+    return [f"{section['reading']} (one launch a side under callgrind: {launches['reference']['wall_s']:.0f} s "
+            f"and {launches['current']['wall_s']:.0f} s)"] + [f"moved most: {line}" for line in section["moved"]]
