@@ -177,13 +177,13 @@ SECOND_CULPRIT_SHARE = 3
 within the minimum effect, whichever is wider)."""
 
 
-def place_by_work(good: str, mid: str, bad: str) -> str:
-    """Where a midpoint lies by the digest of the work its step counts (harness.judging.work.work_digest)
-    against its range's ends': counts are exact, so one launch a point places it. ``between`` where it
-    counts like neither end: the work moved before it and after it."""
-    if mid == bad:
+def place_by_counts(like_good: bool, like_bad: bool) -> str:
+    """Where a midpoint lies by what one launch of it counts (its work, its host instructions)
+    against its range's ends': counts are exact, or nearly, so one launch a point places it.
+    ``between`` where it counts like neither end: the count moved before it and after it."""
+    if like_bad:
         return LIKE_BAD
-    return LIKE_GOOD if mid == good else BETWEEN
+    return LIKE_GOOD if like_good else BETWEEN
 
 
 def sameness_margin(ends: PairedVerdict, min_effect: float) -> float:

@@ -495,20 +495,30 @@ class Suite:
                         options=options or self._pair_rank_options(),
                         on_progress=on_progress, source=environment.source, python=environment.python)
 
+    def launch_counting_instructions(self, cell: Cell, environment: references.Environment, place: str, *,
+                                     launcher: Launcher | None = None,
+                                     on_progress: Callable[[str], None] | None = None) -> CellRun:
+        """One launch of ``cell`` in ``environment`` with its ranks under callgrind, counting the host
+        instructions of steps after a one-step window (harness.session.instructions)."""
+        ready = self.prepare()
+        return self.launch_in(cell, environment, place, launcher=launcher, on_progress=on_progress,
+                              options=self.instruction_rank_options(), workload=instruction_workload(ready.workload),
+                              limits=instruction_limits(ready.limits))
+
+    def instruction_rank_options(self) -> RankOptions:
+        return dataclasses.replace(self._pair_rank_options(), count_instructions=True, count_work=False)
+
     def _count_instructions(self, cell: Cell, sides: Mapping[str, tuple[Launcher, references.Environment]],
                             on_progress: Callable[[str], None] | None) -> dict:
         """The A/B's host instructions: one launch a side under callgrind (harness.session.instructions)."""
-        ready = self.prepare()
-        options = dataclasses.replace(self._pair_rank_options(), count_instructions=True, count_work=False)
-
         def launch(side: str) -> CellRun:
             launcher, environment = sides[side]
-            return self.launch_in(cell, environment, f"{side}-instructions", launcher=launcher,
-                                  on_progress=on_progress, options=options,
-                                  workload=instruction_workload(ready.workload), limits=instruction_limits(ready.limits))
+            return self.launch_counting_instructions(cell, environment, f"{side}-instructions", launcher=launcher,
+                                                     on_progress=on_progress)
 
         def refused(side: str) -> str | None:
-            return preflight.worker_cannot_pair(sides[side][1], options) if side == "reference" else None
+            return (preflight.worker_cannot_pair(sides[side][1], self.instruction_rank_options())
+                    if side == "reference" else None)
 
         return count_instructions(launch, refused, getattr(on_progress, "always", on_progress), cell.id)
 

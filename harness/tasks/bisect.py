@@ -55,11 +55,13 @@ from harness.judging.kinds import PairedKind
 from harness.judging.paired import ALPHA, SPENDING_RULE
 from harness.judging.sequential import planned_looks
 from harness.judging.tunables import DEFAULT_TUNABLES
-from harness.judging.work import cell_work, compare_work, work_digest
+from harness.judging.instructions import InstructionChange, cell_instructions, compare_instructions
+from harness.judging.work import WorkChange, cell_work, compare_work, work_digest
 from harness.launch.runner import CellRun
 from harness.machine import references
 from harness.machine.provenance import installed_packages
 from harness.rank.cell import Cell
+from harness.rank.instructions import missing_tools
 from harness.rank.numerics import Numerics
 from harness.rank.workload import Workload
 from harness.session.paired import PairedResult, PairsInterrupted, PairSettings, launch_figure, measure_pairs
@@ -67,11 +69,16 @@ from harness.session.suite import Suite
 from harness.tasks.bisect_points import (BisectError, Point, commit_points, package_moves, package_points,
                                          package_sets_of, version_points)
 
-STATE_VERSION = 3
+STATE_VERSION = 4
 """2: the state is bound to its launch settings (``binding``), keeps a verification's pairs as they
 come (``verifying``) and the fixes found (``fixes``); 3: whether it places its midpoints by their
 counted work or by their speed (``by``), each point's work (``work``) and the ranges whose ends
-count the same work (``same_work``)."""
+count the same work (``same_work``); 4: or by their host instructions (``by`` ``instructions``,
+each point's count under ``instructions``)."""
+
+
+COUNTED_BY = ("work", "instructions")
+"""What a midpoint may be placed by from one launch of it, counted rather than timed."""
 
 
 class BudgetSpent(RuntimeError):
@@ -96,7 +103,8 @@ class Settings:
     max_launches: int = 600
     max_seconds: float = 6 * 3600.0
     by: str = "auto"
-    """How midpoints are placed: ``work`` (one launch a point, by the work a step counts), ``time``
+    """How midpoints are placed: ``work`` (one launch a point, by the work a step counts),
+    ``instructions`` (one launch a point under callgrind, by its steps' host instructions), ``time``
     (rounds of launches, by speed) or ``auto`` (by work where the range's ends count different work)."""
 
 
@@ -167,7 +175,7 @@ class Bisect:
             "version": STATE_VERSION, "cell": cell.id, "repo": str(repo), "points": self.keys, "binding": bound,
             "pending": [[0, len(points) - 1]], "current": None, "verifying": None, "steps": [], "culprits": [],
             "fixes": [], "unresolved": [], "accounting": None, "launches": 0, "spent_s": 0.0, "done": False,
-            "by": None, "work": {}, "same_work": []}
+            "by": None, "work": {}, "instructions": {}, "same_work": []}
         self._spent_before = self.state["spent_s"]
 
     # -- state ---------------------------------------------------------------------------------
@@ -236,7 +244,7 @@ class Bisect:
         while self.state["current"] or self.state["pending"]:
             if self.state["current"] is None:
                 low, high = self.state["pending"][-1]
-                if self.by_work and self._same_work(low, high):
+                if self.by_counts and self._same_work(low, high):
                     continue
                 if high - low == 1:
                     self._choose_by()
@@ -253,8 +261,9 @@ class Bisect:
 
     # -- by counted work --------------------------------------------------------------------------
     @property
-    def by_work(self) -> bool:
-        return self.state["by"] == "work"
+    def by_counts(self) -> bool:
+        """Midpoints are placed by what one launch of each counts: its work, or its instructions."""
+        return self.state["by"] in COUNTED_BY
 
     def _choose_by(self) -> None:
         """Once: by counted work where the range's ends count different work (``--by auto``), one
@@ -263,6 +272,9 @@ class Bisect:
             return
         if self.settings.by == "time":
             self.state["by"] = "time"
+            return
+        if self.settings.by == "instructions":
+            self._choose_instructions()
             return
         last = len(self.points) - 1
         good, bad = self._work_of(0), self._work_of(last)
@@ -282,6 +294,50 @@ class Bisect:
         self.say(f"dlscale-bisect: {why}: each midpoint placed by its speed, in rounds")
         self._save()
 
+    def _choose_instructions(self) -> None:
+        """``--by instructions``, where the ends' host instructions differ."""
+        if reason := missing_tools():
+            raise BisectError(f"--by instructions: {reason}")
+        good, bad = self._instructions_of(0), self._instructions_of(len(self.points) - 1)
+        if good is None or bad is None:
+            raise BisectError("--by instructions: an end's launch under callgrind counted no instructions (a "
+                              "harness without --count-instructions, or a failed launch)")
+        change = compare_instructions(good, bad)
+        if not change.changed:
+            raise BisectError(f"--by instructions: the ends count the same ({change.text()}), so no midpoint can be "
+                              "placed by its instructions")
+        self.state["by"] = "instructions"
+        self.say(f"dlscale-bisect: the ends differ in their host instructions ({change.text()}): each midpoint "
+                 "placed by its instructions, one launch a point under callgrind")
+        self._save()
+
+    def _instructions_of(self, index: int) -> dict | None:
+        """The host instructions a step of the point counts, from one launch under callgrind (kept)."""
+        key = self.keys[index]
+        if key not in self.state["instructions"]:
+            self._charge(1)
+            place = "bisect-instructions-" + re.sub(r"[^\w.=-]", "_", key[:40])
+            run = self.suite.launch_counting_instructions(self.cell, self.environment(index), place)
+            self.state["launches"] += 1
+            self.state["instructions"][key] = cell_instructions(run.records) if run.ok else None
+            self._save()
+        return self.state["instructions"][key]
+
+    def _counted(self, index: int) -> dict | None:
+        """What the point's one launch counted, as the midpoints are placed: its work or its instructions."""
+        return self._instructions_of(index) if self.state["by"] == "instructions" else self._work_of(index)
+
+    def _change(self, before: int, after: int) -> WorkChange | InstructionChange:
+        """What moved from one point's count to another's."""
+        compare = compare_instructions if self.state["by"] == "instructions" else compare_work
+        return compare(self._counted(before), self._counted(after))
+
+    def _like(self, one: int, other: int) -> bool:
+        """Whether two points count alike: the same work, or instructions within their own noise."""
+        if self.state["by"] == "instructions":
+            return not self._change(one, other).changed
+        return work_digest(self._work_of(one)) == work_digest(self._work_of(other))
+
     def _work_of(self, index: int) -> dict | None:
         """The work a step of the point counts, from one launch of it (kept: launched once); None
         where its launch failed or counted none."""
@@ -293,24 +349,23 @@ class Bisect:
         return self.state["work"][key]
 
     def _same_work(self, low: int, high: int) -> bool:
-        """A pending range whose ends count the same work holds no change of work: it is dropped."""
-        if work_digest(self._work_of(low)) != work_digest(self._work_of(high)):
+        """A pending range whose ends count alike holds no change of what is counted: it is dropped."""
+        if not self._like(low, high):
             return False
         self.state["pending"].pop()
         self.state["same_work"].append([self.keys[low], self.keys[high]])
         self._save()
         return True
 
-    def _place_by_work(self, step: dict, low: int, mid: int, high: int) -> bool:
-        """Places the midpoint by its work; False where it is skipped (its launch failed)."""
-        work = self._work_of(mid)
-        if work is None:
-            self._skip(step, "its launch failed or counted no work")
+    def _place_by_counts(self, step: dict, low: int, mid: int, high: int) -> bool:
+        """Places the midpoint by what its one launch counted; False where it is skipped (its launch
+        failed)."""
+        if self._counted(mid) is None:
+            self._skip(step, f"its launch failed or counted no {self.state['by']}")
             return False
-        kind = bisection.place_by_work(*(work_digest(self._work_of(index)) for index in (low, mid, high)))
-        evidence = {"against_good": compare_work(self._work_of(low), work).text(),
-                    "against_bad": compare_work(self._work_of(high), work).text()}
-        self._placed(step, low, mid, high, kind, "work",
+        kind = bisection.place_by_counts(self._like(low, mid), self._like(mid, high))
+        evidence = {"against_good": self._change(low, mid).text(), "against_bad": self._change(high, mid).text()}
+        self._placed(step, low, mid, high, kind, self.state["by"],
                      evidence, f"against {self.points[low].short}: {evidence['against_good']}; against "
                                f"{self.points[high].short}: {evidence['against_bad']}")
         return True
@@ -327,8 +382,8 @@ class Bisect:
                 self._skip(step, f"cannot be built: {error}")
                 continue
             self._choose_by()  # once a midpoint can be built: bad input is said before any launch
-            if self.by_work:
-                if self._place_by_work(step, low, mid, high):
+            if self.by_counts:
+                if self._place_by_counts(step, low, mid, high):
                     return
                 continue
             placement = self._rounds(step, low, mid, high)
@@ -480,12 +535,12 @@ class Bisect:
         evidence = paired.verdict.message if paired.verdict else paired.error
         whole = (parent, culprit) == (0, len(self.points) - 1)  # the pairs measured the range's own ends
         # by work, a change of work whose speed the pairs could not tell stands; one the ends show faster does not
-        if whole and (kind == PairedKind.IMPROVED if self.by_work else kind != PairedKind.REGRESSED):
+        if whole and (kind == PairedKind.IMPROVED if self.by_counts else kind != PairedKind.REGRESSED):
             raise BisectError(f"the good end is not faster than the bad one: {kind}, {evidence}")
         work = None
         fix = kind == PairedKind.IMPROVED
-        if self.by_work:  # a change of work, verified by its work against its parent's; the pairs state its speed
-            work = compare_work(self._work_of(parent), self._work_of(culprit))
+        if self.by_counts:  # a change of work, verified by its count against its parent's; the pairs state its speed
+            work = self._change(parent, culprit)
             verified = work.changed
             evidence = f"{work.text()}; speed: {kind}, {evidence}"
         else:
@@ -493,7 +548,7 @@ class Bisect:
         verdict = paired.verdict
         record = {"point": self.keys[culprit], "parent": self.keys[parent], "label": self.label(culprit),
                   "verified": verified, "verdict": kind, "evidence": evidence,
-                  **({"work": work.to_json()} if work else {}),
+                  **({self.state["by"]: work.to_json()} if work else {}),
                   "ratio": {"ratio": verdict.ratio.value, "low": finite_or_none(verdict.ratio.low),
                             "high": finite_or_none(verdict.ratio.high), "level": verdict.look.level}
                   if verdict else None,
@@ -505,16 +560,16 @@ class Bisect:
         self.state["pending"].pop()
         self._save()
         said = "fix" if fix else "culprit"
-        how = " by its work" if self.by_work else ""
+        how = f" by its {self.state['by']}" if self.by_counts else ""
         self.say(f"{said} {self.label(culprit)}: {'verified' if record['verified'] else 'NOT confirmed'}{how} against "
-                 f"{self.label(parent)}: {evidence if self.by_work else f'{kind}, {evidence}'}")
+                 f"{self.label(parent)}: {evidence if self.by_counts else f'{kind}, {evidence}'}")
 
     def _account(self) -> None:
         """Whether the changes verified account for the range's slowdown, measured as bad/good by its
         first step's rounds; and which fix undid which culprit. A range of one point has no step: its
         one verification is the range's change, and a bisect by work measures no range's speed."""
         whole = [self.keys[0], self.keys[-1]]
-        first = next((step for step in self.state["steps"] if step["range"] == whole and step["placed_by"] != "work"),
+        first = next((step for step in self.state["steps"] if step["range"] == whole and step["placed_by"] not in COUNTED_BY),
                      None)
         culprits = [culprit for culprit in self.state["culprits"] if culprit["verified"]]
         fixes = [fix for fix in self.state["fixes"] if fix["verified"]]
@@ -564,8 +619,9 @@ def _parser() -> argparse.ArgumentParser:
     steps.add_argument("--verify-pairs", type=int, default=Settings.verify_pairs,
                        help="pairs of the culprit's A/B against the point before it, doubled while unclear "
                             "(default %(default)s)")
-    steps.add_argument("--by", choices=("auto", "work", "time"), default=Settings.by,
-                       help="place each midpoint by the work a step counts (one launch a point), by its speed (rounds "
+    steps.add_argument("--by", choices=("auto", *COUNTED_BY, "time"), default=Settings.by,
+                       help="place each midpoint by the work a step counts (one launch a point), by its steps' host "
+                            "instructions under callgrind (one launch a point, minutes each), by its speed (rounds "
                             "of launches), or by work where the range's ends count different work (default "
                             "%(default)s)")
     steps.add_argument("--max-launches", type=int, default=Settings.max_launches, help="default %(default)s")

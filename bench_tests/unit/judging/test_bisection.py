@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from harness.judging.bisection import (BETWEEN, BEYOND, LIKE_BAD, LIKE_GOOD, ORDERS, UNCLEAR, Round, account, lean,
-                                       midpoint_candidates, pairs_of, place, place_by_work, position, product,
+                                       midpoint_candidates, pairs_of, place, place_by_counts, position, product,
                                        round_orders, undoes)
 from harness.judging.sequential import look_levels
 from harness.judging.stats import Estimate
@@ -165,6 +165,6 @@ def test_a_fix_undoes_the_culprit_whose_slowdown_it_takes_back():
 
 
 def test_a_midpoint_is_placed_by_the_work_it_counts():
-    assert place_by_work("a", "b", "b") == LIKE_BAD
-    assert place_by_work("a", "a", "b") == LIKE_GOOD
-    assert place_by_work("a", "c", "b") == BETWEEN  # the work moved before it and after it
+    assert place_by_counts(like_good=False, like_bad=True) == LIKE_BAD
+    assert place_by_counts(like_good=True, like_bad=False) == LIKE_GOOD
+    assert place_by_counts(like_good=False, like_bad=False) == BETWEEN  # the count moved before it and after it

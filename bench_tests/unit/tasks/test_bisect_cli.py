@@ -14,9 +14,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from bench_tests.components import needs
 from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
+from harness.rank.instructions import missing_tools
 from harness.rank.workload import Workload
 from harness.session.paired import PairedResult
 from harness.tasks.bisect import (Bisect, BudgetSpent, Settings, across_packages, cell_options, launch_settings,
@@ -70,7 +72,7 @@ def test_a_state_file_of_another_bisect_is_refused_not_overwritten(repo, tmp_pat
         Bisect(None, cell, path, points, Settings(), state, settings_bound={})
     state.write_text(json.dumps({"cell": cell.id, "points": shas, "version": 1}))
     with pytest.raises(BisectError, match="written by another version of dlscale-bisect \\(state version 1, this "
-                                          "one's 3\\), without the settings it ran under: remove it"):
+                                          "one's 4\\), without the settings it ran under: remove it"):
         Bisect(None, cell, path, points, Settings(), state, settings_bound={})
     state.write_text("{not json")
     with pytest.raises(BisectError, match="cannot be read"):
@@ -362,3 +364,38 @@ def test_by_work_is_refused_where_the_ends_count_the_same_work():
     with pytest.raises(BisectError, match="--by work: the ends count the same work"):
         Bisect(WorkNode(widened=9), CELL, Path("."), env_points(0, 1, 2), dataclasses.replace(QUICK, by="work"),
                Path(tempfile.mkdtemp()) / "state.json", settings_bound=bound()).run()
+
+
+class InstructionNode(WorkNode):
+    """The same node, whose launches under callgrind count 897 M instructions a step (1 in 10,000
+    apart from launch to launch), 3.4% more from the widened commit on."""
+
+    def launch_counting_instructions(self, cell, environment, place):
+        point = environment.launch_environment["X"]
+        self.launched.append(f"instructions {point}")
+        count = round((930_000_000 if int(point) >= self.widened else 897_000_000) * (1 + 1e-4 * (len(self.launched) % 2)))
+        record = {"rank": 0, "instructions": {"per_step": count, "steps": [count, count], "files": ["c.out.2"]}}
+        return CellRun(cell=cell, launcher="mpirun", command=[], status="ok", records=[record], error=None,
+                       wall_s=60.0, log_path=Path("log"), token="t", orphans_killed=[])
+
+
+def test_by_instructions_each_midpoint_is_one_launch_under_callgrind_placed_by_its_count():
+    needs("callgrind", missing_tools())
+    node, said = InstructionNode(widened=5), []
+    done = Bisect(node, CELL, Path("."), env_points(*range(7)), dataclasses.replace(QUICK, by="instructions"),
+                  Path(tempfile.mkdtemp()) / "state.json", settings_bound=bound(), seed=5, say=said.append).run()
+    assert done["by"] == "instructions" and all(step["placed_by"] == "instructions" for step in done["steps"])
+    culprit, = done["culprits"]
+    assert (culprit["point"], culprit["verified"]) == ("X=5", True)
+    assert culprit["evidence"].startswith("instructions: +3.6")
+    counted = [point for point in node.launched if point.startswith("instructions")]
+    assert len(counted) == len(set(counted)) <= 5  # one launch a point, kept
+    assert said[0].startswith("dlscale-bisect: the ends differ in their host instructions (instructions: +3.6")
+
+
+def test_by_instructions_is_refused_where_the_ends_count_alike():
+    needs("callgrind", missing_tools())
+    with pytest.raises(BisectError, match="--by instructions: the ends count the same"):
+        Bisect(InstructionNode(widened=9), CELL, Path("."), env_points(0, 1, 2),
+               dataclasses.replace(QUICK, by="instructions"), Path(tempfile.mkdtemp()) / "state.json",
+               settings_bound=bound()).run()
