@@ -41,6 +41,10 @@ def step_patch(step: str) -> Change:
 slower_step = step_patch(SLOWER_STEP)
 """Every training step does its forward and backward three times: real work, not a sleep."""
 
+PYTHON_STEP_SUBJECT = "each step runs a Python loop of its own"
+python_step = step_patch(STEP + f"            sum(index * index for index in range(50_000))  # {PYTHON_STEP_SUBJECT}\n")
+"""Every training step runs a Python loop beside its work: host instructions, no operator, no FLOP."""
+
 HALF_AGAIN_SUBJECT = "each step does half its work again"
 half_again = step_patch(STEP + "            adapter.forward_backward(images[: len(images) // 2], labels[: len(labels) // 2])"
                                f"  # {HALF_AGAIN_SUBJECT}\n")

@@ -124,9 +124,16 @@ def annotated_counts(listing: str) -> dict[str, int]:
         if not in_functions or not (found := _LINE.match(line)):
             continue
         count, name, _ = found.groups()
-        name = JIT_CODE if _BARE_ADDRESS.match(name) else name.removeprefix("???:")
+        name = JIT_CODE if _BARE_ADDRESS.match(name) else _without_directory(name.removeprefix("???:"))
         counts[name] = counts.get(name, 0) + int(count.replace(",", ""))
     return counts
+
+
+def _without_directory(name: str) -> str:
+    """``ceval.c:_PyEval_EvalFrameDefault`` for ``/tmp/python-build.../Python/ceval.c:_PyEval_EvalFrameDefault``:
+    the build's directory differs from one machine's interpreter to another's."""
+    where, colon, function = name.partition(":")
+    return f"{where.rsplit('/', 1)[-1]}:{function}" if colon and "/" in where and not where.endswith(":") else name
 
 
 def function_counts(dump: Path) -> dict[str, int]:
