@@ -101,16 +101,23 @@ def test_a_wider_layer_is_named_by_its_work_from_the_first_pair(ranks, tmp_path)
     assert all(named)
 
 
-def test_a_wider_layer_is_named_by_its_instructions_from_one_launch_a_side(tmp_path):
-    """The same 5% model change, by ``--count-instructions``: one launch a side under callgrind."""
-    project = throwaway_project(tmp_path / "project", [(WIDER_SUBJECT, widen_last_stage)])
-    cell = compare(tmp_path / "sessions", "wider g1, instructions", 0, 1, "--against", "git:HEAD~1", "--gpus", "1",
+def instructions_ab(tmp_path: Path, label: str, subject: str, change) -> dict:
+    """One A/B of a commit making ``change`` against its parent with ``--count-instructions`` (1
+    rank, 6 pairs): its paired cell, after printing its readings and the functions that moved."""
+    project = throwaway_project(tmp_path / "project", [(subject, change)])
+    cell = compare(tmp_path / "sessions", f"{label}, instructions", 0, 1, "--against", "git:HEAD~1", "--gpus", "1",
                    "--count-instructions", "--pairs", "6", "--max-pairs", "6", project=project)
     counted = cell["instructions"]
-    print(f"wider last stage, g1: {counted.get('reading') or counted['error']}; launches under callgrind "
-          f"{counted['launches']}")
+    print(f"{label}: {cell['work']['reading']}; {counted.get('reading') or counted['error']}; launches under "
+          f"callgrind {counted['launches']}")
     for line in counted.get("moved", []):
         print(f"  moved most: {line}")
+    return cell
+
+
+def test_a_wider_layer_is_named_by_its_instructions_from_one_launch_a_side(tmp_path):
+    """The same 5% model change, by ``--count-instructions``: one launch a side under callgrind."""
+    counted = instructions_ab(tmp_path, "wider last stage, g1", WIDER_SUBJECT, widen_last_stage)["instructions"]
     assert counted["change"]["changed"] and counted["change"]["ratio"] > 1.02
 
 
@@ -118,41 +125,45 @@ def test_a_python_loop_in_the_step_is_the_same_work_and_other_instructions(tmp_p
     """A change that moves no FLOP: each step runs a Python loop beside its work."""
     from bench_tests.projects import PYTHON_STEP_SUBJECT, python_step
 
-    project = throwaway_project(tmp_path / "project", [(PYTHON_STEP_SUBJECT, python_step)])
-    cell = compare(tmp_path / "sessions", "python loop g1, instructions", 0, 1, "--against", "git:HEAD~1",
-                   "--gpus", "1", "--count-instructions", "--pairs", "6", "--max-pairs", "6", project=project)
-    counted = cell["instructions"]
-    print(f"python loop, g1: {cell['work']['reading']}; {counted.get('reading') or counted['error']}")
-    for line in counted.get("moved", []):
-        print(f"  moved most: {line}")
-    assert counted["change"]["changed"] and not cell["work"]["change"]["moved"]
+    cell = instructions_ab(tmp_path, "python loop, g1", PYTHON_STEP_SUBJECT, python_step)
+    assert cell["instructions"]["change"]["changed"] and not cell["work"]["change"]["moved"]
+
+
+def bisect_six_commits(tmp_path: Path, subject: str, change, model: str, *flags: str, timeout: float) -> tuple:
+    """dlscale-bisect over six commits after the good end, the third making ``change``: its result
+    file, the culprit's commit and the wall time it took, after printing its output."""
+    import subprocess
+    import sys
+    import time
+
+    from bench_tests.projects import git, harmless
+    from bench_tests.workloads import TINY_FLAGS
+
+    project = throwaway_project(tmp_path / "project", [
+        ("note one", harmless("one")), ("note two", harmless("two")), (subject, change),
+        ("note three", harmless("three")), ("note four", harmless("four")), ("note five", harmless("five"))])
+    culprit = git(project, "rev-parse", "HEAD~3")
+    cell = f"ddp-synthetic-{model}-g1"
+    started = time.monotonic()
+    done = subprocess.run([str(Path(sys.executable).with_name("dlscale-bisect")), cell, "--good", "HEAD~6",
+                           "--launcher", "mpirun", *TINY_FLAGS, *flags, "--seed", "3"], cwd=project,
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, DLSCALE_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(project)))
+    spent = time.monotonic() - started
+    print(done.stdout[-4000:])
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    return json.loads((project / "results" / "bisect" / f"{cell}.json").read_text()), culprit, spent
 
 
 def test_a_bisect_by_instructions_names_the_python_loop_the_work_cannot_see(tmp_path):
     """Six commits after the good end, the third adding a Python loop to every step (the same work):
     ``--by instructions`` places each midpoint by one launch under callgrind."""
-    import subprocess
-    import sys
-    import time
+    from bench_tests.projects import PYTHON_STEP_SUBJECT, python_step
+    from bench_tests.workloads import TEST_MODEL
 
-    from bench_tests.projects import PYTHON_STEP_SUBJECT, git, harmless, python_step
-    from bench_tests.workloads import TEST_MODEL, TINY_FLAGS
-
-    project = throwaway_project(tmp_path / "project", [
-        ("note one", harmless("one")), ("note two", harmless("two")), (PYTHON_STEP_SUBJECT, python_step),
-        ("note three", harmless("three")), ("note four", harmless("four")), ("note five", harmless("five"))])
-    culprit = git(project, "rev-parse", "HEAD~3")
-    cell = f"ddp-synthetic-{TEST_MODEL}-g1"
-    started = time.monotonic()
-    done = subprocess.run([str(Path(sys.executable).with_name("dlscale-bisect")), cell, "--good", "HEAD~6",
-                           "--launcher", "mpirun", *TINY_FLAGS, "--by", "instructions", "--verify-pairs", "6",
-                           "--max-rounds", "6", "--seed", "3"], cwd=project, capture_output=True, text=True,
-                          timeout=3000, env=dict(os.environ, DLSCALE_CACHE=str(tmp_path / "cache"),
-                                                 PYTHONPATH=str(project)))
-    spent = time.monotonic() - started
-    print(done.stdout[-4000:])
-    assert done.returncode in (0, 1), done.stderr[-3000:]
-    result = json.loads((project / "results" / "bisect" / f"{cell}.json").read_text())
+    result, culprit, spent = bisect_six_commits(tmp_path, PYTHON_STEP_SUBJECT, python_step, TEST_MODEL, "--by",
+                                                "instructions", "--verify-pairs", "6", "--max-rounds", "6",
+                                                timeout=3000)
     print(f"bisect by instructions over 6 commits: {len(result['steps'])} steps, {result['launches']} launches, "
           f"{spent:.0f} s of wall time; culprit {[c['point'][:10] for c in result['culprits']]} (the loop: "
           f"{culprit[:10]})")
@@ -164,27 +175,10 @@ def test_a_bisect_over_six_commits_names_the_wider_layer_by_its_work(tmp_path):
     """Six commits after the good end, the third widening ResNet44's last stage (about 5% more
     FLOPs, a speed change the pairs can hardly see on these VMs): one launch a point places each
     midpoint, the culprit is verified by its work, and its speed stated by 6 pairs."""
-    import subprocess
-    import sys
-    import time
+    from bench_tests.workloads import JUDGED_MODEL
 
-    from bench_tests.projects import git, harmless
-    from bench_tests.workloads import JUDGED_MODEL, TINY_FLAGS
-
-    project = throwaway_project(tmp_path / "project", [
-        ("note one", harmless("one")), ("note two", harmless("two")), (WIDER_SUBJECT, widen_last_stage),
-        ("note three", harmless("three")), ("note four", harmless("four")), ("note five", harmless("five"))])
-    culprit = git(project, "rev-parse", "HEAD~3")
-    cell = f"ddp-synthetic-{JUDGED_MODEL}-g1"
-    started = time.monotonic()
-    done = subprocess.run([str(Path(sys.executable).with_name("dlscale-bisect")), cell, "--good", "HEAD~6",
-                           "--launcher", "mpirun", *TINY_FLAGS, "--verify-pairs", "6", "--max-rounds", "8",
-                           "--seed", "3"], cwd=project, capture_output=True, text=True, timeout=1800,
-                          env=dict(os.environ, DLSCALE_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(project)))
-    spent = time.monotonic() - started
-    print(done.stdout[-4000:])
-    assert done.returncode in (0, 1), done.stderr[-3000:]
-    result = json.loads((project / "results" / "bisect" / f"{cell}.json").read_text())
+    result, culprit, spent = bisect_six_commits(tmp_path, WIDER_SUBJECT, widen_last_stage, JUDGED_MODEL,
+                                                "--verify-pairs", "6", "--max-rounds", "8", timeout=1800)
     print(f"bisect over 6 commits: {len(result['steps'])} steps, {result['launches']} launches, {spent:.0f} s "
           f"of wall time; culprit {[c['point'][:10] for c in result['culprits']]} (the wider layer: {culprit[:10]})")
     assert [(c["point"], c["verified"]) for c in result["culprits"]] == [(culprit, True)]

@@ -90,21 +90,17 @@ def exec_under_callgrind(argv: list[str], output_dir: Path) -> None:
     os.execve(command[0], [*command, sys.executable, *argv], env)
 
 
-def under_callgrind() -> bool:
-    return bool(os.environ.get(UNDER_CALLGRIND))
-
-
 class InstructionCounting:
     """The steps after a rank's window, each between :meth:`start` and :meth:`stop`, counted as
     instructions; :meth:`result` is the record's ``instructions``."""
 
     steps = INSTRUCTION_STEPS
 
-    def __init__(self, output_dir: Path, requests: ctypes.CDLL | None = None):
+    def __init__(self, output_dir: Path):
         path = os.environ.get(UNDER_CALLGRIND)
-        if requests is None and not path:
+        if not path:
             raise CannotCount("the rank does not run under callgrind")
-        self.requests = requests or ctypes.CDLL(path)
+        self.requests = ctypes.CDLL(path)
         self.requests.dlscale_dump_stats_at.argtypes = [ctypes.c_char_p]
         if not self.requests.dlscale_running_on_valgrind():
             raise CannotCount("callgrind's client requests reach no valgrind")

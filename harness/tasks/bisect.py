@@ -79,6 +79,8 @@ each point's count under ``instructions``)."""
 
 COUNTED_BY = ("work", "instructions")
 """What a midpoint may be placed by from one launch of it, counted rather than timed."""
+COUNTS = {"work": cell_work, "instructions": cell_instructions}
+"""What a launch's records count, by what a midpoint is placed by."""
 
 
 class BudgetSpent(RuntimeError):
@@ -230,12 +232,15 @@ class Bisect:
             self.environments[index] = references.build(self.points[index].parts, current, repo=self.repo)
         return self.environments[index]
 
-    def launch(self, index: int, *, charge: bool = True) -> CellRun:
-        """One launch of the point; ``charge=False`` where the round or pair it belongs to was charged."""
+    def launch(self, index: int, *, charge: bool = True, under_callgrind: bool = False) -> CellRun:
+        """One launch of the point (``under_callgrind``: its ranks counting their host instructions);
+        ``charge=False`` where the round or pair it belongs to was charged."""
         if charge:
             self._charge(1)
-        place = "bisect-" + re.sub(r"[^\w.=-]", "_", self.keys[index][:40])
-        run = self.suite.launch_in(self.cell, self.environment(index), place)
+        place = ("bisect-instructions-" if under_callgrind else "bisect-") + re.sub(r"[^\w.=-]", "_",
+                                                                                   self.keys[index][:40])
+        launch_in = self.suite.launch_counting_instructions if under_callgrind else self.suite.launch_in
+        run = launch_in(self.cell, self.environment(index), place)
         self.state["launches"] += 1
         return run
 
@@ -277,7 +282,7 @@ class Bisect:
             self._choose_instructions()
             return
         last = len(self.points) - 1
-        good, bad = self._work_of(0), self._work_of(last)
+        good, bad = self._counted(0, "work"), self._counted(last, "work")
         if good is None or bad is None:
             why = "an end's launch counted no work (a harness without counting, or a failed launch)"
         elif work_digest(good) == work_digest(bad):
@@ -298,7 +303,7 @@ class Bisect:
         """``--by instructions``, where the ends' host instructions differ."""
         if reason := missing_tools():
             raise BisectError(f"--by instructions: {reason}")
-        good, bad = self._instructions_of(0), self._instructions_of(len(self.points) - 1)
+        good, bad = self._counted(0, "instructions"), self._counted(len(self.points) - 1, "instructions")
         if good is None or bad is None:
             raise BisectError("--by instructions: an end's launch under callgrind counted no instructions (a "
                               "harness without --count-instructions, or a failed launch)")
@@ -311,21 +316,17 @@ class Bisect:
                  "placed by its instructions, one launch a point under callgrind")
         self._save()
 
-    def _instructions_of(self, index: int) -> dict | None:
-        """The host instructions a step of the point counts, from one launch under callgrind (kept)."""
+    def _counted(self, index: int, by: str | None = None) -> dict | None:
+        """What a step of the point counts ``by`` (``work``, or ``instructions`` under callgrind; None:
+        as the midpoints are placed), from one launch of it (kept: launched once); None where its
+        launch failed or counted none."""
+        by = by or self.state["by"]
         key = self.keys[index]
-        if key not in self.state["instructions"]:
-            self._charge(1)
-            place = "bisect-instructions-" + re.sub(r"[^\w.=-]", "_", key[:40])
-            run = self.suite.launch_counting_instructions(self.cell, self.environment(index), place)
-            self.state["launches"] += 1
-            self.state["instructions"][key] = cell_instructions(run.records) if run.ok else None
+        if key not in self.state[by]:
+            run = self.launch(index, under_callgrind=by == "instructions")
+            self.state[by][key] = COUNTS[by](run.records) if run.ok else None
             self._save()
-        return self.state["instructions"][key]
-
-    def _counted(self, index: int) -> dict | None:
-        """What the point's one launch counted, as the midpoints are placed: its work or its instructions."""
-        return self._instructions_of(index) if self.state["by"] == "instructions" else self._work_of(index)
+        return self.state[by][key]
 
     def _change(self, before: int, after: int) -> WorkChange | InstructionChange:
         """What moved from one point's count to another's."""
@@ -336,17 +337,7 @@ class Bisect:
         """Whether two points count alike: the same work, or instructions within their own noise."""
         if self.state["by"] == "instructions":
             return not self._change(one, other).changed
-        return work_digest(self._work_of(one)) == work_digest(self._work_of(other))
-
-    def _work_of(self, index: int) -> dict | None:
-        """The work a step of the point counts, from one launch of it (kept: launched once); None
-        where its launch failed or counted none."""
-        key = self.keys[index]
-        if key not in self.state["work"]:
-            run = self.launch(index)
-            self.state["work"][key] = cell_work(run.records) if run.ok else None
-            self._save()
-        return self.state["work"][key]
+        return work_digest(self._counted(one)) == work_digest(self._counted(other))
 
     def _same_work(self, low: int, high: int) -> bool:
         """A pending range whose ends count alike holds no change of what is counted: it is dropped."""
