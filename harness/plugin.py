@@ -9,6 +9,7 @@ installed, nothing is written and nothing is printed."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from _pytest.runner import runtestprotocol  # pytest's own protocol with its rep
 from harness.common.interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
 from harness.judging.kinds import PairedKind, VerdictKind
 from harness.judging.outcome import Confirmed, FailureRule, decided_line, failure_message, judged_line, to_confirm
+from harness.judging.paired import CALLS
 from harness.judging.sequential import RULE_CITATIONS, planned_looks
 from harness.judging.servers import server_rows
 from harness.judging.work import WorkChange, baseline_reading
@@ -29,6 +31,7 @@ from harness.report.tables import accuracy_rows, format_table, paired_rows, summ
 from harness.session.cli import OPTIONS, REPEATABLE, SWITCH
 from harness.session.instructions import instruction_lines
 from harness.session.paired import PairedResult
+from harness.session.results import CellResult
 from harness.session.suite import Suite, SuiteError, SuiteOptions
 from harness.store.baselines import BaselineError
 from harness.store.sessiondir import expand, point_latest, session_name
@@ -41,6 +44,21 @@ AB_CELLS_KEY = pytest.StashKey[int]()
 """How many cells the session's A/Bs compare: the false-discovery control's count."""
 AT_THE_END_KEY = pytest.StashKey[PairedResult]()
 """On an A/B cell's test whose outcome the false-discovery control at the session's end decides: its A/B."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfirmedAtTheEnd:
+    """On a confirmed cell's test whose outcome waits for the false-discovery control, which decides
+    whether the call its confirmation stands on stands: what its outcome is decided from."""
+    repeats: list
+    """The verdicts of each of its repeats."""
+    rule: FailureRule
+    result: CellResult
+    """Its last repeat, whose ``confirmation`` the control may conclude again."""
+
+
+CONFIRMED_AT_THE_END_KEY = pytest.StashKey[ConfirmedAtTheEnd]()
+"""On a ``--confirm`` cell's test whose outcome the false-discovery control at the session's end decides."""
 HELD_KEY = pytest.StashKey[list]()
 """Those tests and their reports, held until the control has decided them: ``(item, reports)``."""
 CELL_FIXTURE, ACCURACY_CELL_FIXTURE = "dlscale_cell", "dlscale_accuracy_cell"
@@ -197,24 +215,30 @@ class Measure:
         rule = FailureRule(confirm=options.confirm, update_baselines=options.update_baselines,
                            accept_regressions=options.accept_regressions, system_changes=options.system_changes,
                            strict_verdicts=self.config.getoption("dlscale_strict"))
-        confirmed = None
         if to_confirm(result.verdict, rule):
             confirmation = self.suite.confirm(result, on_progress=_Progress(self.config))
-            confirmed = Confirmed(cause=confirmation.cause, message=confirmation.message)
-        if message := failure_message(cell.id, repeats, rule, confirmed):
+            cells = self.config.stash.get(AB_CELLS_KEY, 1)
+            if confirmation.paired is not None and not self.suite.change_surely_stands(confirmation.paired, cells):
+                self.node.stash[CONFIRMED_AT_THE_END_KEY] = ConfirmedAtTheEnd(repeats=repeats, rule=rule, result=result)
+                _Progress(self.config, every_s=0)(
+                    f"{cell.id}: {result.verdict} confirmed {confirmation.cause} by an A/B "
+                    f"{confirmation.paired.verdict.kind}; whether that call stands among the session's A/Bs, and "
+                    "the test's outcome with it, is decided at the session's end")
+                return
+        if message := _failure(cell.id, repeats, rule, result):
             pytest.fail(message, pytrace=False)
 
     def _check_against(self, cell) -> None:
         self._judge_against(self.suite.measure_against(cell, on_progress=_Progress(self.config)))
 
     def _judge_against(self, result: PairedResult) -> None:
-        """The test fails where the A/B's final verdict is ``regressed``. A change it called that
-        stands whatever the session's other cells find (Bonferroni's share) is final at once; any
-        other the false-discovery control decides at the session's end, once every cell's p-value
-        is known, and the test's outcome waits for it (:func:`pytest_runtest_protocol`)."""
+        """The test fails where the A/B's final verdict is ``regressed``. A call it made (a change
+        beyond the minimum effect, or ``same`` within it) that stands whatever the session's other
+        cells find (Bonferroni's share) is final at once, as is a verdict that claims nothing; any
+        other call the false-discovery control decides at the session's end, once every cell's
+        p-value is known, and the test's outcome waits for it (:func:`pytest_runtest_protocol`)."""
         cells = self.config.stash.get(AB_CELLS_KEY, 1)
-        called = result.ok and result.verdict.kind in (PairedKind.REGRESSED, PairedKind.IMPROVED)
-        if called and not self.suite.change_surely_stands(result, cells):
+        if not self.suite.change_surely_stands(result, cells):
             self.node.stash[AT_THE_END_KEY] = result
             _Progress(self.config, every_s=0)(
                 f"{result.cell.id}: {result.verdict.kind} ({result.verdict.message}); whether it stands among the "
@@ -236,6 +260,14 @@ class Measure:
             pytest.fail(f"{cell.id} lost accuracy: {result.verdict.message}", pytrace=False)
 
 
+def _failure(cell_id: str, repeats: list, rule: FailureRule, result: CellResult) -> str | None:
+    """What a cell's test fails with, by its verdicts and its confirmation as it stands (after the
+    false-discovery control where that decided it): :func:`harness.judging.outcome.failure_message`."""
+    confirmation = result.confirmation
+    confirmed = Confirmed(cause=confirmation["cause"], message=confirmation["message"]) if confirmation else None
+    return failure_message(cell_id, repeats, rule, confirmed)
+
+
 def _regression_message(result: PairedResult) -> str | None:
     """What an A/B cell's test fails with: its verdict, after the false-discovery control where
     that decided it, is ``regressed``; else None."""
@@ -254,11 +286,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     are held and told at the session's end with that outcome (:func:`_tell_held`), so that the
     terminal, the JUnit file and the exit status all say the final verdict. Other tests: pytest's."""
     suite = item.config.stash.get(SUITE_KEY, None)
-    if suite is None or not suite.options.against or "dlscale" not in getattr(item, "fixturenames", ()):
+    if suite is None or not (suite.options.against or suite.options.confirm) \
+            or "dlscale" not in getattr(item, "fixturenames", ()):
         return None
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     reports = runtestprotocol(item, nextitem=nextitem, log=False)
-    if AT_THE_END_KEY in item.stash:
+    if AT_THE_END_KEY in item.stash or CONFIRMED_AT_THE_END_KEY in item.stash:
         item.config.stash.setdefault(HELD_KEY, []).append((item, reports))
     else:
         _tell(item, reports)
@@ -271,18 +304,27 @@ def _tell(item: pytest.Item, reports: list[pytest.TestReport]) -> None:
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
 
-def _tell_held(config: pytest.Config) -> None:
+def _tell_held(config: pytest.Config) -> bool:
     """Tell the held tests' reports, each one's call failed where its A/B's verdict after the
-    false-discovery control is ``regressed``, with its figures and that verdict as JUnit properties."""
+    false-discovery control is ``regressed``, with its figures and that verdict as JUnit properties,
+    or, for a confirmed cell, where its verdicts fail with its confirmation as it stands after the
+    control. Whether any of them failed (pytest counted none of them)."""
+    failed = False
     for item, reports in config.stash.get(HELD_KEY, []):
-        result = item.stash[AT_THE_END_KEY]
-        properties, message = junit_properties(result.to_json()), _regression_message(result)
+        if AT_THE_END_KEY in item.stash:
+            result = item.stash[AT_THE_END_KEY]
+            properties, message = junit_properties(result.to_json()), _regression_message(result)
+        else:
+            waiting = item.stash[CONFIRMED_AT_THE_END_KEY]
+            properties, message = [], _failure(waiting.result.cell.id, waiting.repeats, waiting.rule, waiting.result)
         for report in reports:
             report.user_properties.extend(properties)  # each report carries the test's (JUnit reads the teardown's)
             if report.when == "call" and report.passed and message:
                 report.outcome, report.longrepr = "failed", message
+        failed = failed or any(report.failed for report in reports)
         _tell(item, reports)
     config.stash[HELD_KEY] = []
+    return failed
 
 
 def _report_baseline_changes(terminalreporter, suite: Suite) -> None:
@@ -311,11 +353,12 @@ def pytest_sessionfinish(session: pytest.Session):
             except BaselineError as error:
                 suite.baseline_error = str(error)
                 session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
-        if suite is not None and suite.paired_results:
+        if suite is not None and (suite.paired_results or suite.confirming):
             suite.control_false_discoveries(session.config.stash.get(AB_CELLS_KEY, 1))
             if any(result.verdict_kind == PairedKind.REGRESSED for result in suite.paired_results):
                 session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
-        _tell_held(session.config)
+        if _tell_held(session.config):
+            session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
         return (yield)
     finally:
         _exit_interrupted(session)
@@ -399,6 +442,28 @@ def _cores_words(suite: Suite) -> str:
     return ", ranks share the node's cores (more ranks than cores: E_G's ideal is below 1)"
 
 
+def _write_control(terminalreporter, results: list[PairedResult], compared: str, held_words: str,
+                   alpha: float) -> None:
+    """One line: how many of the A/Bs' calls (regressed, improved, same) stand under the session's
+    false-discovery control, and which are held; nothing where the control did not run."""
+    controlled = [result for result in results if result.false_discovery]
+    if not controlled:
+        return
+    held = [result.cell.id for result in controlled if not result.false_discovery["stands"]]
+    called = [result for result in controlled if result.ok and result.verdict.kind in CALLS]
+    terminalreporter.write_line(
+        f"false discoveries controlled across the {controlled[0].false_discovery['cells']} {compared} "
+        f"(Benjamini-Hochberg at {alpha:.0%}): {len(called) - len(held)} of {len(called)} call(s) "
+        "(regressed, improved, same) stand" + (f"; {held_words}: {', '.join(held)}" if held else ""))
+
+
+def _write_huge_pages(terminalreporter, suite: Suite) -> None:
+    """The huge pages the session's launches gave their ranks, and why, in one line (an A/B's
+    reference keeps them unless it changes ``GLIBC_TUNABLES``, which the difference then names)."""
+    if suite.prepared and suite.prepared.huge_pages:
+        terminalreporter.write_line(f"huge pages: {suite.prepared.huge_pages.words()}")
+
+
 def project_root(inipath: Path | None, invocation_dir: Path) -> Path:
     """Where the project's baselines/, history/ and results/ are by default: beside its pytest
     configuration, else where pytest was started. Not pytest's rootdir: an option's value naming
@@ -419,6 +484,7 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
     own = ", ".join(f"{name} {value:g}" for name, value in ready.baselines.tunables.differences().items())
     terminalreporter.write_line(f"system {ready.system}, launcher {suite.launcher_name}, baselines {ready.baselines.path}"
                                 + _cores_words(suite) + (f"; the system's tunables: {own}" if own else ""))
+    _write_huge_pages(terminalreporter, suite)
     _write_start_up_delay(terminalreporter, suite)
     terminalreporter.write_line(format_table(summary_rows([result.to_json() for result in suite.results])))
     ratios = framework_ratios((result.cell, result.records) for result in suite.results if result.metrics)
@@ -434,6 +500,8 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
         terminalreporter.write_line(format_table(server_rows(served)))
     counts = collections.Counter(result.verdict for result in suite.results)
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
+    _write_control(terminalreporter, [confirming.paired for confirming in suite.confirming], "A/Bs --confirm ran",
+                   "held inconclusive, their confirmation unknown", suite.pair_settings.alpha)
     for result in suite.results:
         for verdict in result.verdicts:
             if verdict.kind not in (VerdictKind.PASS, VerdictKind.NO_BASELINE):
@@ -470,6 +538,7 @@ def _write_paired_summary(terminalreporter, suite: Suite) -> None:
                                 f"{ready.reference.environment.label}"
                                 + (", pairs as duets (both sides at once, each on half the node)" if suite.options.duet
                                    else ", pairs back to back in balanced random order"))
+    _write_huge_pages(terminalreporter, suite)
     _write_start_up_delay(terminalreporter, suite)
     terminalreporter.write_line(f"current against reference: {describe_difference(ready.reference.difference)}")
     for problem in ready.reference.environment.dependency_problems:
@@ -482,14 +551,7 @@ def _write_paired_summary(terminalreporter, suite: Suite) -> None:
     terminalreporter.write_line(format_table(paired_rows(suite.paired_results)))
     counts = collections.Counter(result.verdict_kind for result in suite.paired_results)
     terminalreporter.write_line(", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
-    controlled = [result for result in suite.paired_results if result.false_discovery]
-    if controlled:
-        held = [result.cell.id for result in controlled if not result.false_discovery["stands"]]
-        called = [result for result in controlled if result.verdict.kind in (PairedKind.REGRESSED, PairedKind.IMPROVED)]
-        terminalreporter.write_line(
-            f"false discoveries controlled across the {controlled[0].false_discovery['cells']} cells compared "
-            f"(Benjamini-Hochberg at {settings.alpha:.0%}): {len(called) - len(held)} of {len(called)} change(s) "
-            "called stand" + (f"; held inconclusive: {', '.join(held)}" if held else ""))
+    _write_control(terminalreporter, suite.paired_results, "cells compared", "held inconclusive", settings.alpha)
     for result in suite.paired_results:
         lines = [result.work_line] if result.work_line else []
         lines += instruction_lines(result.instructions)

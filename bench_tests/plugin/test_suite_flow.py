@@ -46,9 +46,13 @@ def test_record_then_pass_against_the_new_baselines(suite, pytester):
     assert all(0 <= entry["cpu_wait_share"] < 1 for entry in saved["cells"].values())
     results = json.loads((pytester.path / "r.json").read_text())
     assert [len(cell["records"]) for cell in results["cells"]] == [1, 2]
-    assert results["launch_environment"] == {"DLSCALE_SITE_CHECK": "ib0"}
+    huge_pages = results["huge_pages"]["glibc_tunables"]  # the node's, as --huge-pages auto chose them
+    assert results["launch_environment"] == {"DLSCALE_SITE_CHECK": "ib0",
+                                             **({"GLIBC_TUNABLES": huge_pages} if huge_pages else {})}
     assert {record["launch_environment"]["DLSCALE_SITE_CHECK"] for cell in results["cells"]
             for record in cell["records"]} == {"ib0"}
+    assert {record["launch_facts"]["variables"].get("GLIBC_TUNABLES") for cell in results["cells"]
+            for record in cell["records"]} == {huge_pages}
 
     # A hand-widened band (this machine is shared, so timings swing) must survive the next update.
     # Judged as measured: a busy CI machine has run the yardstick 1.2x and more apart a minute later,

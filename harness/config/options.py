@@ -5,6 +5,7 @@ import dataclasses
 from pathlib import Path
 
 from harness.config.cells import PROFILES
+from harness.machine.huge_pages import MODES as HUGE_PAGES
 
 
 class SuiteError(ValueError):
@@ -110,6 +111,9 @@ class SuiteOptions:
     system_changes: str = "fail"
     """With ``confirm``: whether a cell whose slowdown the A/B puts on the node, not the software,
     fails (``fail``: an HPC centre's nightly wants to hear of a slow node) or passes (``pass``)."""
+    huge_pages: str = "auto"
+    """Huge pages for the ranks' heaps through glibc's tunable (harness.machine.huge_pages.MODES):
+    ``auto`` gives CPU ranks the node's reserved pool where it has room, else transparent huge pages."""
     fault: dict | None = None
     """A fault every launch injects on purpose (:mod:`harness.rank.faults`): the self-test's regressions.
     No command-line option sets it."""
@@ -144,5 +148,7 @@ def check_settings(options: SuiteOptions) -> None:
                          "--against")
     if options.pairs > options.max_pairs:
         raise SuiteError(f"--pairs ({options.pairs}) must not exceed --max-pairs ({options.max_pairs})")
+    if options.huge_pages not in HUGE_PAGES:
+        raise SuiteError(f"--huge-pages: {options.huge_pages!r} is not one of {', '.join(HUGE_PAGES)}")
     if options.device not in DEVICES:
         raise SuiteError(f"--device: unknown device {options.device!r}; valid names: {', '.join(DEVICES)}")

@@ -50,11 +50,12 @@ import itertools
 import math
 import random
 import statistics
+from statistics import NormalDist
 from typing import Sequence
 
 from harness.common.jsonio import finite_or_none
 from harness.judging.kinds import PairedKind
-from harness.judging.paired import ALPHA, SPENDING_RULE, Look, Pair, PairedVerdict, judge_pairs, sequential_look
+from harness.judging.paired import ALPHA, SPENDING_RULE, Look, Pair, PairedVerdict, judge, sequential_look
 from harness.judging.stats import Estimate
 
 POINTS = ("good", "mid", "bad")
@@ -121,10 +122,12 @@ def _verdict_json(verdict: PairedVerdict) -> dict:
 
 def ratio_of(evidence: dict) -> Estimate:
     """A ratio with its interval as :meth:`Placement.to_json` or a verification keeps it: ``ratio``,
-    ``low`` and ``high`` (a null end: no interval on that side)."""
+    ``low`` and ``high`` (a null end: no interval on that side), at the confidence its look's
+    ``level`` leaves."""
     def end(key: str, missing: float) -> float:
         return float(evidence[key]) if evidence.get(key) is not None else missing
-    return Estimate(value=float(evidence["ratio"]), low=end("low", -math.inf), high=end("high", math.inf))
+    return Estimate(value=float(evidence["ratio"]), low=end("low", -math.inf), high=end("high", math.inf),
+                    **({"confidence": 1 - float(evidence["level"])} if evidence.get("level") is not None else {}))
 
 
 def pairs_of(rounds: Sequence[Round], reference: str, current: str) -> list[Pair]:
@@ -134,10 +137,12 @@ def pairs_of(rounds: Sequence[Round], reference: str, current: str) -> list[Pair
 
 
 def place(rounds: Sequence[Round], *, min_effect: float, looks: Sequence[int], most: int, alpha: float = ALPHA,
-          rule: str = SPENDING_RULE) -> Placement:
+          rule: str = SPENDING_RULE, holds: Sequence[str] = ()) -> Placement:
     """The midpoint's place from ``rounds``, judged at the last of ``looks`` (the round counts the
     step has judged at, this one's ``len(rounds)``) in a step of at most ``most`` rounds, with the
-    error ``alpha`` spent across the looks by ``rule``.
+    error ``alpha`` spent across the looks by ``rule``. Each of its three comparisons is judged as an
+    A/B's pairs are (:func:`harness.judging.paired.judge`): held ``inconclusive`` where the node's
+    speed stepped within the rounds, or for the caller's ``holds``.
 
     The range's direction is its ends': where the bad end runs faster than the good one (a range
     that a ``beyond`` step left between a slow midpoint and a faster end), "slower" and "faster"
@@ -147,7 +152,7 @@ def place(rounds: Sequence[Round], *, min_effect: float, looks: Sequence[int], m
     look = sequential_look(looks, most, alpha, rule)
 
     def judged(reference: str, current: str) -> PairedVerdict:
-        return judge_pairs(pairs_of(rounds, reference, current), min_effect=min_effect, look=look)
+        return judge(pairs_of(rounds, reference, current), min_effect=min_effect, look=look, holds=holds)
 
     against_good, against_bad, ends = judged("good", "mid"), judged("bad", "mid"), judged("good", "bad")
     toward, back = (PairedKind.REGRESSED, PairedKind.IMPROVED) if ends.ratio.value <= 1 else \
@@ -219,15 +224,25 @@ def lean(placement: Placement) -> str:
     return LIKE_GOOD if placement.position < LEAN_BETWEEN[0] else LIKE_BAD
 
 
-def round_orders(count: int, rng: random.Random) -> list[str]:
-    """Orders for ``count`` rounds: each of the six orders once per six rounds, shuffled, so that no
-    point is favoured by always launching first or last."""
+def round_orders(count: int, rng: random.Random, kept: Sequence[str] = ()) -> list[str]:
+    """Orders for ``count`` more rounds: each of the six orders once per six rounds with those
+    ``kept``, shuffled, so that no point is favoured by always launching first or last (a round left
+    out is made up for by the orders used least)."""
+    used = {order: sum(order == k for k in kept) for order in ORDERS}
     orders: list[str] = []
     while len(orders) < count:
-        block = list(ORDERS)
+        fewest = min(used.values())
+        block = [order for order in ORDERS if used[order] == fewest]
         rng.shuffle(block)
+        for order in block:
+            used[order] += 1
         orders += block
     return orders[:count]
+
+
+def sequence(order: str) -> list[str]:
+    """The points a round launches, in its order's sequence."""
+    return order.split(",")
 
 
 def midpoint_candidates(low: int, high: int) -> list[int]:
@@ -237,32 +252,39 @@ def midpoint_candidates(low: int, high: int) -> list[int]:
     return sorted(range(low + 1, high), key=lambda index: (abs(index - middle), index))
 
 
-def product(ratios: Sequence[Estimate]) -> Estimate:
-    """The product of independent ratios, with an interval whose log half-widths below and above
-    the product are the factors' combined in quadrature.
+ACCOUNTING_CONFIDENCE = 1 - ALPHA
+"""The one level the accounting's intervals are combined and compared at."""
 
-    The log of a product is the sum of the logs, and the half-width of a sum of independent
-    estimates, each ``z`` standard errors wide, is ``z`` times the root of their summed squared
-    errors: the product's interval keeps about its factors' level. The verifications are separate
-    A/Bs of separate launches, so their errors are independent. The product of the ends instead
-    (every factor at its low end at once) would be the interval that holds where all the factors'
-    intervals hold together, Bonferroni-wide: with three changes it is as wide as their three
-    half-widths added, and would hide a missing change as large as one of them. The signed-rank
-    intervals are not symmetric, so each side is combined on its own. A factor without an interval
-    (too few pairs) leaves the product without one. The product of none is 1, exactly."""
+
+def product(ratios: Sequence[Estimate], confidence: float = ACCOUNTING_CONFIDENCE) -> Estimate:
+    """The product of independent ratios, with its interval at ``confidence``: each factor's log
+    half-widths below and above, taken as standard errors at the factor's own level, combined in
+    quadrature and widened to ``confidence``.
+
+    The verifications are separate A/Bs of separate launches, so their errors are independent, but
+    each stopped at its own look, whose repeated interval has its own level (98.2% at the first of
+    three looks, 97.4% at the third): half-widths at different levels do not add, standard errors
+    do. The product of the ends instead (every factor at its low end at once) would be the interval
+    that holds where all the factors' intervals hold together, Bonferroni-wide: with three changes it
+    is as wide as their three half-widths added, and would hide a missing change as large as one of
+    them. The signed-rank intervals are not symmetric, so each side is combined on its own. A factor
+    without an interval (too few pairs) leaves the product without one. The product of none is 1,
+    exactly; of one, the ratio with its interval at ``confidence``."""
+    z = NormalDist().inv_cdf((1 + confidence) / 2)
     value, below, above = 1.0, 0.0, 0.0
     for ratio in ratios:
         value *= ratio.value
         if ratio.too_few_samples:
             below = above = math.inf
             continue
-        below += math.log(ratio.value / ratio.low) ** 2
-        above += math.log(ratio.high / ratio.value) ** 2
+        own = NormalDist().inv_cdf((1 + ratio.confidence) / 2)
+        below += (math.log(ratio.value / ratio.low) / own) ** 2
+        above += (math.log(ratio.high / ratio.value) / own) ** 2
     if not ratios:
-        return Estimate(value=1.0, low=1.0, high=1.0)
-    return Estimate(value=value, low=value * math.exp(-math.sqrt(below)) if math.isfinite(below) else -math.inf,
-                    high=value * math.exp(math.sqrt(above)) if math.isfinite(above) else math.inf,
-                    confidence=min(ratio.confidence for ratio in ratios))
+        return Estimate(value=1.0, low=1.0, high=1.0, confidence=confidence)
+    return Estimate(value=value, low=value * math.exp(-z * math.sqrt(below)) if math.isfinite(below) else -math.inf,
+                    high=value * math.exp(z * math.sqrt(above)) if math.isfinite(above) else math.inf,
+                    confidence=confidence)
 
 
 def _overlap(one: Estimate, other: Estimate) -> bool:
@@ -297,11 +319,11 @@ class Accounting:
 
 def account(changes: Sequence[Estimate], range_ratio: Estimate) -> Accounting:
     """The verified changes' ratios (each its verification's current/reference, a fix's above 1)
-    against the range's bad/good: they account for it where the product's interval and the
-    range's overlap. Two intervals that just fail to overlap differ by more than either's error, so
-    the check says a change is missing only where the gap is sure, not where the product merely
-    misses the range's centre."""
-    return Accounting(found=product(changes), range=range_ratio)
+    against the range's bad/good, both intervals at :data:`ACCOUNTING_CONFIDENCE`: they account for
+    it where the product's interval and the range's overlap. Two intervals that just fail to overlap
+    differ by more than either's error, so the check says a change is missing only where the gap is
+    sure, not where the product merely misses the range's centre."""
+    return Accounting(found=product(changes), range=product([range_ratio]))
 
 
 def undoes(culprit: Estimate, fix: Estimate, min_effect: float) -> bool:

@@ -38,8 +38,8 @@ SYSTEM_FACTS = ("mpi", "cuda", "nccl", "driver")
 GPU driver, which an A/B cannot install for its reference."""
 LAYOUT_FACTS = ("nodes", "processes_per_node", "cores_per_rank", "threads_per_rank")
 """The fingerprint's hardware facts that say how the ranks were laid out on the nodes: a figure
-measured on half the cores per rank (``--duet`` halves them) moves for that alone, so a rebuild laid
-out otherwise cannot show that the node moved the stored one."""
+measured on half the cores per rank moves for that alone, so a rebuild laid out otherwise cannot
+show that the node moved the stored one."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -242,20 +242,22 @@ class Split:
     """The stored move in numbers: ``stored`` = the cell's figure over the baseline's; ``software``
     = the A/B's current/reference (exactly 1 where the environments are identical); ``system`` =
     stored over software; ``now`` = the baseline environment's figure on this node now over the
-    stored one, and ``now_kind`` how the stored band judges it."""
+    stored one, and ``now_kind`` how the stored band judges it; ``not_now`` why the A/B's launches
+    do not give that figure, where they do not."""
 
     stored: Estimate
     software: Estimate | None = None
     system: Estimate | None = None
     now: Estimate | None = None
     now_kind: VerdictKind | None = None
+    not_now: str | None = None
 
     @classmethod
     def of(cls, stored: Estimate, software: Estimate | None = None, now: Estimate | None = None,
-           now_kind: VerdictKind | None = None) -> Split:
+           now_kind: VerdictKind | None = None, not_now: str | None = None) -> Split:
         """The split of ``stored`` given the A/B's ratio (``software``; None where no A/B was judged)."""
         return cls(stored=stored, software=software, system=quotient(stored, software) if software else None,
-                   now=now, now_kind=now_kind)
+                   now=now, now_kind=now_kind, not_now=not_now)
 
     @classmethod
     def identical(cls, stored: Estimate, now_kind: VerdictKind) -> Split:
@@ -279,7 +281,8 @@ class Split:
             return e.to_json() if e else None
         return {"stored": estimate(self.stored), "software": estimate(self.software), "system": estimate(self.system),
                 "baseline_environment_now": estimate(self.now),
-                "baseline_environment_now_verdict": str(self.now_kind) if self.now_kind else None}
+                "baseline_environment_now_verdict": str(self.now_kind) if self.now_kind else None,
+                "baseline_environment_not_now": self.not_now}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -293,7 +296,8 @@ class Conclusion:
 def conclude(rebuild: Rebuild, split: Split, *, verdict: PairedVerdict | None = None, error: str | None = None,
              difference: str = "") -> Conclusion:
     """The cause, from the rebuild, the A/B's ``verdict`` (None where none ran: ``error`` says why,
-    or the environments are identical) and the baseline environment's figure now (``split.now``)."""
+    or the environments are identical) and the baseline environment's figure now (``split.now``; a
+    reason in ``split.not_now`` where the A/B's launches cannot give it, which leaves no ``system``)."""
     not_rebuilt = f"not rebuilt: {'; '.join(rebuild.missing)}" if rebuild.missing else ""
     changed = f"; changed since the baseline: {difference}" if difference else ""
     if error:
@@ -331,7 +335,11 @@ def conclude(rebuild: Rebuild, split: Split, *, verdict: PairedVerdict | None = 
         return Conclusion(cause=UNKNOWN, split=split, message=_joined(
             f"unknown: {runs} on this node now ({measured}), but the baseline's environment was not rebuilt "
             "exactly, and what was not rebuilt could have moved the stored figure as well as the node",
-            not_rebuilt, split.text(False)) + changed)
+            not_rebuilt, split.not_now, split.text(False)) + changed)
+    if split.not_now:
+        return Conclusion(cause=UNKNOWN, split=split, message=_joined(
+            f"unknown: {runs} on this node now ({measured}), but the baseline's own environment's figure on it "
+            f"was not measured: {split.not_now}", split.text(False)) + changed)
     if split.now_kind is None or not reproduces(split.stored, split.now_kind):
         return Conclusion(cause=UNKNOWN, split=split, message=_joined(
             f"unknown: {runs} on this node now ({measured}), but the baseline's own environment, rebuilt, runs "

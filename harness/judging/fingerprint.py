@@ -9,7 +9,10 @@ what a regression suite exists to judge: the figure is judged against the old ba
 :func:`stack_changes` names the upgrade in the verdict. Host names and dates are kept for the
 reader but never make a baseline stale: the same hardware under another name measures the same.
 A hardware fact that a baseline predates (recorded before dlscale read it) is unknown there, not a
-difference.
+difference. One stack fact makes a baseline stale too: the huge pages the ranks' heaps were in
+(``huge_pages``: ``thp`` or ``pool``, absent for none; :mod:`harness.machine.huge_pages`), a condition
+the session launches its ranks in rather than an upgrade to judge. A baseline recorded before
+dlscale set them has none, and reads stale against a run with them.
 
 Versions the ranks ran with and the hardware of their nodes come from their records (``versions``,
 :func:`harness.machine.provenance.package_versions`; ``node``, :func:`harness.machine.node.node_facts`:
@@ -36,6 +39,8 @@ from typing import Any, Iterable, Mapping
 from harness.common.commands import command_output
 from harness.config.cells import config_hash as cell_config_hash
 from harness.config.cells import measured_config, numerics_of, scaling_cell
+from harness.machine.huge_pages import VARIABLE as TUNABLES_VARIABLE
+from harness.machine.huge_pages import mode_of
 from harness.machine.node import node_facts
 from harness.machine.provenance import version_text
 from harness.rank.frameworks import FRAMEWORKS
@@ -43,7 +48,12 @@ from harness.rank.loaders import LOADERS
 
 NOT_STALE = frozenset({"hardware.hosts"})
 """Fingerprint fields reported but never making a baseline stale."""
+STALE_STACK = {"stack.huge_pages": "with other huge pages"}
+"""Stack facts that make a baseline stale, each with how the stale verdict says it: conditions the
+session launches the ranks in, not software to judge. Absent from a fingerprint, each reads
+:data:`OFF`, so a baseline recorded before the fact existed differs from a run where it is set."""
 ABSENT = "(none)"
+OFF = "off"
 
 
 def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, *,
@@ -82,6 +92,8 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
     if gpu:
         for key in ("cuda", "nccl", "driver"):
             stack[key] = nodes.get(key)
+    huge_pages = _agreed(huge_pages_of(r) for r in records)
+    stack["huge_pages"] = huge_pages if huge_pages != OFF else None
 
     hosts = sorted({str(r["host"]) for r in records if r.get("host")})
     hardware: dict[str, Any] = {
@@ -108,23 +120,41 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
             "config": config}
 
 
+def huge_pages_of(record: Mapping) -> str:
+    """The huge pages a rank's heap was in, from the ``GLIBC_TUNABLES`` it saw (its launch facts'
+    variables, else its launch environment's): ``thp``, ``pool`` or :data:`OFF`."""
+    seen = {**(record.get("launch_environment") or {}), **((record.get("launch_facts") or {}).get("variables") or {})}
+    return mode_of(seen.get(TUNABLES_VARIABLE)) or OFF
+
+
 def stale_differences(baseline_fp: Mapping | None, current_fp: Mapping) -> list[str]:
-    """The hardware differences that make a baseline stale, one line each:
-    ``"hardware.nodes: 1 -> 2"``.
+    """The differences that make a baseline stale, one line each: the hardware's
+    (``"hardware.nodes: 1 -> 2"``) and the stack facts of :data:`STALE_STACK`
+    (``"stack.huge_pages: off -> thp"``).
 
     Empty when the baseline has no fingerprint (recorded before fingerprints existed) or only its
     host names (:data:`NOT_STALE`) or its software (:func:`stack_changes`) differ. A field present
-    on one side only shows as ``(none)``, except a hardware fact the baseline predates. The
-    workload is not compared here: :func:`harness.judging.verdicts.config_change` judges it, over
-    the fields the cell measures.
+    on one side only shows as ``(none)``, except a hardware fact the baseline predates, which is
+    left out, and a fact of :data:`STALE_STACK`, which shows as ``off``. The workload is not
+    compared here: :func:`harness.judging.verdicts.config_change` judges it, over the fields the
+    cell measures.
     """
-    return [line for key, line in _differences(baseline_fp, current_fp) if key.startswith("hardware.")]
+    return [line for key, line in _differences(baseline_fp, current_fp)
+            if key.startswith("hardware.") or key in STALE_STACK]
+
+
+def stale_words(differences: list[str]) -> str:
+    """What :func:`stale_differences`' lines say the baseline was measured with, e.g. ``on other
+    hardware``, ``with other huge pages``, or both joined by ``and``."""
+    kinds = ["on other hardware" if any(line.startswith("hardware.") for line in differences) else None,
+             *(words for key, words in STALE_STACK.items() if any(line.startswith(f"{key}:") for line in differences))]
+    return " and ".join(kind for kind in kinds if kind)
 
 
 def stack_changes(baseline_fp: Mapping | None, current_fp: Mapping) -> list[str]:
     """The software that changed since the baseline, one item each: ``"torch 2.13.1 -> 2.14.1"``."""
     return [line.removeprefix("stack.").replace(":", "", 1) for key, line in _differences(baseline_fp, current_fp)
-            if key.startswith("stack.")]
+            if key.startswith("stack.") and key not in STALE_STACK]
 
 
 def _differences(baseline_fp: Mapping | None, current_fp: Mapping) -> list[tuple[str, str]]:
@@ -132,9 +162,15 @@ def _differences(baseline_fp: Mapping | None, current_fp: Mapping) -> list[tuple
         return []
     old, new = _flatten(baseline_fp), _flatten(current_fp)
     predates = {key for key in set(new) - set(old) if key.startswith("hardware.")}
-    return [(key, f"{key}: {old.get(key, ABSENT)} -> {new.get(key, ABSENT)}")
+    return [(key, f"{key}: {_shown(old, key)} -> {_shown(new, key)}")
             for key in sorted((set(old) | set(new)) - predates)
-            if key not in NOT_STALE and old.get(key, ABSENT) != new.get(key, ABSENT)]
+            if key not in NOT_STALE and _shown(old, key) != _shown(new, key)]
+
+
+def _shown(fields: Mapping[str, Any], key: str) -> Any:
+    """A flattened fingerprint's field as a difference shows it: absent, ``(none)``, or ``off``
+    for a fact of :data:`STALE_STACK`."""
+    return fields.get(key, OFF if key in STALE_STACK else ABSENT)
 
 
 def fingerprint_hash(fp: Mapping) -> str:

@@ -26,7 +26,7 @@ class VerdictKind(_Name):
     """Better than the band's improvement edge: a pass that asks for a new baseline."""
     NO_BASELINE = "no-baseline"
     STALE = "stale"
-    """The baseline was measured with another workload or on other hardware."""
+    """The baseline was measured with another workload, on other hardware or with other huge pages."""
     MACHINE_DIFFERS = "machine-differs"
     """The yardstick says another machine, not a drift."""
 

@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from harness.judging.kinds import PairedKind
-from harness.judging.sequential import RULE_CITATIONS, look_levels, spending
+from harness.judging.sequential import RULE_CITATIONS, benjamini_hochberg, look_levels, spending
 from harness.judging.stats import Estimate
 
 ALPHA = 0.05
@@ -335,6 +335,15 @@ def speed_steps(pairs: Sequence[Pair], verdict: PairedVerdict, *, min_effect: fl
     return reasons
 
 
+def judge(pairs: Sequence[Pair], *, min_effect: float, look: Look, holds: Sequence[str] = ()) -> PairedVerdict:
+    """The one judgement of a comparison's pairs at a look, whichever caller measured them
+    (``--against``, ``--confirm``, a bisect's step and its verification): the pairs' verdict at the
+    look's level (:func:`judge_pairs`), held ``inconclusive`` where the node's speed stepped within
+    them (:func:`speed_steps`) or for the caller's ``holds`` (the node too busy to compare on)."""
+    verdict = judge_pairs(pairs, min_effect=min_effect, look=look)
+    return hold(verdict, [*speed_steps(pairs, verdict, min_effect=min_effect), *holds])
+
+
 def hold(verdict: PairedVerdict, reasons: Sequence[str]) -> PairedVerdict:
     """``verdict`` held ``inconclusive`` for ``reasons`` (said in its flags); as it is without any."""
     if not reasons:
@@ -350,27 +359,54 @@ _ALPHAS = tuple(float(alpha) for alpha in np.geomspace(P_VALUE_FLOOR, 1.0, 65))
 """The errors at which :func:`repeated_p_value` looks for the first crossing (eight to a factor of 10)."""
 
 
+CALLS = (PairedKind.REGRESSED, PairedKind.IMPROVED, PairedKind.SAME)
+"""The verdicts that claim something of the change: beyond the minimum effect either way, or within
+it. Each is a discovery, held by the false-discovery control across a session's A/Bs
+(:func:`calls_that_stand`); ``inconclusive`` claims nothing."""
+
+
+def look_p_value(log_ratios: Sequence[float], kind: PairedKind, min_effect: float) -> float:
+    """The exact one-sided signed-rank p-value of ``kind``'s claim at one look, which is below half
+    a look's level exactly where that look's interval (:func:`decide`) calls it: ``regressed``
+    against a median log ratio at or above the minimum effect's lower edge, ``improved`` against one
+    at or below its upper edge, ``same`` the larger of the two one-sided p-values against a median
+    at or beyond either edge (the interval lies within both edges where both tests reject at its
+    level: an intersection-union test, as in Schuirmann's two one-sided tests)."""
+    low_edge, high_edge = math.log(1 - min_effect), math.log(1 + min_effect)
+
+    def above(edge: float) -> float:  # small where the ratios lie above edge
+        return signed_rank_p_below([-x for x in log_ratios], -edge)
+
+    if kind == PairedKind.REGRESSED:
+        return signed_rank_p_below(log_ratios, low_edge)
+    if kind == PairedKind.IMPROVED:
+        return above(high_edge)
+    if kind == PairedKind.SAME:
+        return max(above(low_edge), signed_rank_p_below(log_ratios, high_edge))
+    raise ValueError(f"{kind} claims nothing to test")
+
+
 def repeated_p_value(log_ratios: Sequence[float], looks: Sequence[int], most: int, kind: PairedKind,
                      min_effect: float, rule: str = SPENDING_RULE) -> float:
-    """The smallest error ``alpha`` at which the sequential A/B would have called ``kind``
-    (``regressed`` or ``improved``) at one of ``looks`` (the counts of the kept pairs it judged, in
-    order; a look beyond ``log_ratios`` was not reached by them and is not counted): the p-value the
-    false-discovery control across cells ranks (Jennison and Turnbull's repeated p-value). ``1.0``
-    for other kinds.
+    """The smallest error ``alpha`` at which the sequential A/B would have called ``kind`` (one of
+    :data:`CALLS`) at one of ``looks`` (the counts of the kept pairs it judged, in order; a look
+    beyond ``log_ratios`` was not reached by them and is not counted): the p-value the
+    false-discovery control across cells ranks (Jennison and Turnbull's repeated p-value). A look
+    calls ``kind`` at ``alpha`` where its :func:`look_p_value` is within half its level at ``alpha``:
+    for ``same``, both edges at that one look, as :func:`judge_pairs` judges it. ``1.0`` for a
+    verdict that claims nothing.
 
     It is a p-value only where the tests at the errors it ranks are nested: where every look's level
     grows with ``alpha`` (:func:`nested_alphas`). Beyond that a spending function can take a later
     look's level back (O'Brien-Fleming's spends everything at the first look at ``alpha`` = 1), so the
     smallest crossing is searched for among those errors only: the first of them at which a look
     crosses, then the root between it and the one before. ``1.0`` where none does."""
-    if kind not in (PairedKind.REGRESSED, PairedKind.IMPROVED):
+    if kind not in CALLS:
         return 1.0
-    sign = 1.0 if kind == PairedKind.REGRESSED else -1.0
-    edge = math.log(1 - min_effect) if kind == PairedKind.REGRESSED else math.log(1 + min_effect)
     looks = tuple(look for look in looks if 0 < look <= len(log_ratios))
     if not looks:
         return 1.0
-    one_sided = [signed_rank_p_below([sign * x for x in log_ratios[:look]], sign * edge) for look in looks]
+    one_sided = [look_p_value(log_ratios[:look], kind, min_effect) for look in looks]
 
     def margin(alpha: float) -> float:  # >= 0 where some look would have called it at alpha
         levels = look_levels(looks, most, alpha, rule)
@@ -386,6 +422,34 @@ def repeated_p_value(log_ratios: Sequence[float], looks: Sequence[int], most: in
 
     return math.exp(brentq(lambda log_alpha: margin(math.exp(log_alpha)), math.log(alphas[first - 1]),
                            math.log(alphas[first]), xtol=1e-4))
+
+
+def calls_that_stand(calls: Sequence[tuple[str, float]], cells: int, rate: float = ALPHA) -> list[bool]:
+    """Which of a session's A/B verdicts stand under the false-discovery control across the
+    ``cells`` it compared (at least ``len(calls)``; a cell not judged claims nothing). ``calls``:
+    each A/B's verdict kind and repeated p-value (:func:`repeated_p_value`). Every verdict that
+    claims something (:data:`CALLS`) is a discovery ranked by its p-value and stands where
+    Benjamini and Hochberg's step-up procedure at ``rate`` rejects it
+    (:func:`harness.judging.sequential.benjamini_hochberg`); one that claims nothing
+    (``inconclusive``, ``error``) stands as it is. The procedure needs a cell's p-value to fall
+    below ``u`` with its claim wrong at most ``u`` of the time, and so it does: a claim that is wrong
+    (``regressed`` or ``same`` at a true ratio on the lower edge) is made at error ``u`` only where a
+    look's interval at ``u`` misses the true ratio, which the looks' intervals together do at most
+    ``u`` of the time. One cell: its call stands (its looks spent the error already)."""
+    cells = max(cells, len(calls))
+    called = [kind in CALLS for kind, _ in calls]
+    if cells < 2:
+        return [True] * len(calls)
+    p_values = [p_value if claims else 1.0 for (_, p_value), claims in zip(calls, called)]
+    rejected = benjamini_hochberg(p_values + [1.0] * (cells - len(calls)), rate)
+    return [stands or not claims for stands, claims in zip(rejected, called)]
+
+
+def surely_stands(p_value: float, cells: int, rate: float = ALPHA) -> bool:
+    """Whether a call with repeated p-value ``p_value`` stands under :func:`calls_that_stand` whatever
+    the session's other ``cells`` - 1 A/Bs find: within Bonferroni's share ``rate / cells``, the
+    first step of Benjamini and Hochberg's procedure, which rejects it whatever the rest."""
+    return cells < 2 or p_value <= rate / cells
 
 
 @functools.lru_cache(maxsize=64)

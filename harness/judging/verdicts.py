@@ -8,8 +8,9 @@ without launching anything (``bench_tests/unit/test_judging.py``).
 The order, first match wins for the cell as a whole:
 
 1. ``no-baseline``: the baseline file has no entry for the cell;
-2. ``stale``: the entry was measured with another workload, or on other hardware (the
-   fingerprint names the fact); another software stack is *not* stale: it is judged, and named;
+2. ``stale``: the entry was measured with another workload, on other hardware or with other huge
+   pages (the fingerprint names the fact); another software stack is *not* stale: it is judged,
+   and named;
 3. ``machine-differs``: the machine yardstick ran beyond ``1 +- same_machine_drift`` (a system's tunable) of the
    baseline's: another machine, not a drift;
 4. ``pass``, ``fail``, ``inconclusive``, ``faster`` for throughput (and efficiency): a CPU cell's
@@ -27,7 +28,7 @@ from typing import Mapping
 from harness.config.cells import measured_config, scaling_cell
 from harness.judging.breakdown import CellBreakdown, attribute_regression
 from harness.judging.contention import beyond_contention, distrust
-from harness.judging.fingerprint import stack_changes, stale_differences
+from harness.judging.fingerprint import stack_changes, stale_differences, stale_words
 from harness.judging.kinds import MOST_SERIOUS_FIRST, VerdictKind
 from harness.judging.stats import BandVerdict, Estimate, needs_more_samples, verdict
 from harness.judging.tunables import DEFAULT_TUNABLES, Tunables
@@ -213,7 +214,7 @@ def judge_cell(evidence: Evidence, entry: Mapping | None, references: Mapping[st
             f"baseline measured with another configuration ({differs}); re-record it with --update-baselines"))])
     if differs := stale_differences(entry.get("fingerprint"), evidence.fingerprint):
         return Judgement(verdicts=[Verdict(kind=VerdictKind.STALE, message=(
-            f"baseline measured on other hardware ({'; '.join(differs)}); re-record it on this machine with "
+            f"baseline measured {stale_words(differs)} ({'; '.join(differs)}); re-record it on this machine with "
             "--update-baselines"))])
     speed, raw_because = speed_against_baseline(evidence.yardstick, entry, use_yardstick=use_yardstick,
                                                 default_noise=tunables.yardstick_noise)

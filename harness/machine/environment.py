@@ -26,8 +26,10 @@ _SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 MASKED = "***"
 """A secret's value, as the capture writes it."""
 COMPUTE_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "ATEN_", "DNNL_", "ONEDNN_", "PYTORCH_",
-                    "TORCH_", "TF_", "XLA_", "MXNET_", "DALI_", "CUDA_", "NVIDIA_", "MALLOC_", "LD_PRELOAD")
-"""Variables a rank's compute reads (threads, kernels, allocators), beside the communication ones."""
+                    "TORCH_", "TF_", "XLA_", "MXNET_", "DALI_", "CUDA_", "NVIDIA_", "MALLOC_", "LD_PRELOAD",
+                    "GLIBC_TUNABLES")
+"""Variables a rank's compute reads (threads, kernels, allocators and glibc's tunables: its huge pages,
+harness.machine.huge_pages), beside the communication ones."""
 _PER_ALLOCATION = ("CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "PMIX_")
 """Set by the batch system or the harness for each job: where it ran, not a setting anybody chose."""
 

@@ -8,13 +8,15 @@ figures (:mod:`harness.report.launches`):
 - its page faults, minor and major, and context switches, voluntary and involuntary, over the
   window (``getrusage``): a process on the wrong side of glibc's dynamic mmap threshold pays
   millions of minor faults;
-- its anonymous memory in transparent huge pages at the window's end (``smaps_rollup``);
+- its memory in huge pages at the window's end (``smaps_rollup``): anonymous memory in transparent
+  huge pages, and memory from the reserved pool of huge pages (hugetlb);
 - the CPUs it ran on during the window (each step's last CPU, ``/proc/self/stat``) and its affinity;
 - the node's steal time over the window (``/proc/stat``): the hypervisor running another guest;
 - the CPU frequency where the node exposes one (``cpufreq``; a VM usually does not);
-- how its memory and process were laid out: the allocator preloaded and glibc's malloc settings,
-  THP's mode and torch's ``THP_MEM_ALLOC_ENABLE``, ``PYTHONHASHSEED``, address-space
-  randomisation (the system's and this process's personality), the environment's size.
+- how its memory and process were laid out: the allocator preloaded, glibc's malloc settings and
+  tunables (``GLIBC_TUNABLES``: its huge pages), THP's mode and torch's ``THP_MEM_ALLOC_ENABLE``,
+  ``PYTHONHASHSEED``, address-space randomisation (the system's and this process's personality),
+  the environment's size.
 
 Only the standard library: every rank runtime reads them.
 """
@@ -26,9 +28,9 @@ import time
 from pathlib import Path
 
 LAYOUT_VARIABLES = ("LD_PRELOAD", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
-                    "MALLOC_ARENA_MAX", "THP_MEM_ALLOC_ENABLE", "PYTHONHASHSEED", "DNNL_DEFAULT_FPMATH_MODE",
-                    "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "DLSCALE_NO_ASLR", "DLSCALE_ENV_BYTES",
-                    "DLSCALE_FLUSH_DENORMAL")
+                    "MALLOC_ARENA_MAX", "GLIBC_TUNABLES", "THP_MEM_ALLOC_ENABLE", "PYTHONHASHSEED",
+                    "DNNL_DEFAULT_FPMATH_MODE", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "DLSCALE_NO_ASLR",
+                    "DLSCALE_ENV_BYTES", "DLSCALE_FLUSH_DENORMAL")
 """Variables that change how a rank's memory, hashing or kernels are laid out."""
 ADDR_NO_RANDOMIZE = 0x0040000
 """The personality flag ``setarch -R`` sets."""
@@ -59,12 +61,21 @@ def current_cpu() -> int | None:
         return None
 
 
+def rollup_kib(names: tuple[str, ...], rollup: str | None) -> int | None:
+    """The sum of the fields ``names`` of ``smaps_rollup``'s text, KiB; None where it has none of them."""
+    values = [int(value.split()[0]) for name, _, value in (line.partition(":") for line in (rollup or "").splitlines())
+              if name in names and value.split()]
+    return sum(values) if values else None
+
+
 def anon_huge_kib() -> int | None:
     """Anonymous memory of this process in transparent huge pages, KiB."""
-    for line in (_read("/proc/self/smaps_rollup") or "").splitlines():
-        if line.startswith("AnonHugePages:"):
-            return int(line.split()[1])
-    return None
+    return rollup_kib(("AnonHugePages",), _read("/proc/self/smaps_rollup"))
+
+
+def hugetlb_kib() -> int | None:
+    """Memory of this process from the node's reserved pool of huge pages (hugetlb), KiB."""
+    return rollup_kib(("Private_Hugetlb", "Shared_Hugetlb"), _read("/proc/self/smaps_rollup"))
 
 
 def cpu_mhz(cpus) -> dict[int, float] | None:
@@ -118,6 +129,7 @@ class LaunchFacts:
             "steal_share": ((steal - self.steal) / ticks / window / os.cpu_count()
                             if steal is not None and self.steal is not None and window > 0 else None),
             "anon_huge_kib": anon_huge_kib(),
+            "hugetlb_kib": hugetlb_kib(),
             "max_rss_kib": usage.ru_maxrss,
             "ran_on": {str(cpu): count for cpu, count in sorted(self.cpus.items())},
             "affinity": cpus,

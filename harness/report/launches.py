@@ -30,8 +30,12 @@ from typing import Iterable, Mapping, Sequence
 from harness.report.tables import format_table
 
 FACTS = ("minor_faults", "major_faults", "voluntary_switches", "involuntary_switches", "steal_share",
-         "anon_huge_kib", "max_rss_kib", "environment_bytes")
+         "anon_huge_kib", "hugetlb_kib", "max_rss_kib", "environment_bytes")
 """The numeric launch facts held against a launch's speed (each rank's, the largest taken)."""
+LISTED = FACTS[:7]
+"""The facts ``--launches`` lists for each launch: its faults, switches, steal and huge pages
+(transparent and from the reserved pool; the pages its ``GLIBC_TUNABLES`` asked for are among its
+variables)."""
 PER_SECOND = frozenset({"involuntary_switches"})
 """Counts over the window that time drives (the scheduler's preemptions), held against the speed per
 second of window: a slower launch's longer window would otherwise count more of them by its length
@@ -165,12 +169,12 @@ def separation_rows(launches: Sequence[Mapping]) -> list[list[str]]:
 
 def launch_rows(launches: Sequence[Mapping]) -> list[list[str]]:
     rows = [["session", "pair", "side", "img/s", "relative", "launch s", "measured s",
-             *map(fact_name, FACTS[:6]), "ran on", "variables"]]
+             *map(fact_name, LISTED), "ran on", "variables"]]
     for entry in launches:
         facts = (entry.get("launch_facts") or [{}])[0] or {}
         rows.append([str(entry["session"]), str(entry["pair"] + 1), entry["side"], f"{entry['throughput']:.1f}",
                      f"{entry['relative']:.3f}", f"{entry['wall_s']:.2f}", f"{entry['window_s']:.3f}",
-                     *("-" if (value := fact(entry, name)) is None else f"{value:.4g}" for name in FACTS[:6]),
+                     *("-" if (value := fact(entry, name)) is None else f"{value:.4g}" for name in LISTED),
                      ",".join(sorted(facts.get("ran_on") or {})) or "-",
                      " ".join(f"{k}={v}" for k, v in (facts.get("variables") or {}).items()) or "-"])
     return rows

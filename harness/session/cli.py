@@ -17,6 +17,8 @@ from harness.config.options import SPENDING_RULES, SuiteOptions
 from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import RunLimits
+from harness.machine.huge_pages import MODES as HUGE_PAGES
+from harness.machine.huge_pages import POOL_PAGES_PER_RANK
 from harness.machine.references import FORMS
 from harness.rank.frameworks import FRAMEWORKS, has_servers
 from harness.rank.loaders import LOADERS
@@ -106,6 +108,12 @@ OPTIONS = (
            "serve, the last ones (default 1); the others train", int),
     Option("--cores-per-rank", "cores_per_rank", "CPU cells: cores each rank owns, bound by the launcher or the "
            "rank (default: the node's cores over the most ranks a cell puts on it)", int),
+    Option("--huge-pages", "huge_pages", f"{', '.join(HUGE_PAGES)}: the ranks' heaps in huge pages through glibc's "
+           "tunable, GLIBC_TUNABLES=glibc.malloc.hugetlb=N in every launch's environment; auto: for CPU ranks the "
+           f"node's reserved pool of 2 MiB pages (N=2) where it has {POOL_PAGES_PER_RANK} free for each rank a cell "
+           "puts on it, else transparent huge pages (N=1) where the kernel offers them, else none, and none for GPU "
+           "ranks; thp or pool ask for one (pool is refused where no pool is reserved), off for none; a "
+           "GLIBC_TUNABLES of your own that sets the tunable wins", str, "MODE"),
     Option("--results-dir", "results_dir", "where each session gets its own directory <start time>-<job or pid> "
            "(cells' files, results.json); <dir>/latest points at the newest (default: results/)", Path),
     Option("--results-json", "results_json", "write every cell's full record (all ranks' per-step samples) to this "
@@ -158,10 +166,11 @@ OPTIONS = (
     Option("--spending", "spending", "with --against or --confirm: how the looks at the pairs spend the A/B's 5% "
            f"error ({', '.join(SPENDING_RULES)}: Lan-DeMets spending functions of those types)"),
     Option("--duet", "duet", "with --against or --confirm: run the two launches of each pair at once, each on "
-           "half of the node's cores (or GPUs), which side gets which half random and balanced; for cells that "
-           "fit in half a node twice; not with the srun launcher (its two job steps at once would each take the "
-           "node's CPUs, Slurm's GPU binding would override the halves', and the halves would be this process's "
-           "cores, not the compute node's)", SWITCH),
+           "half of the node's cores (or GPUs), which side gets which half random and balanced (only the duet's "
+           "launches take half the cores per rank: the cells' own launches, judged against their stored baselines, "
+           "keep the whole node's); for cells that fit in half a node twice; not with the srun launcher (its two "
+           "job steps at once would each take the node's CPUs, Slurm's GPU binding would override the halves', and "
+           "the halves would be this process's cores, not the compute node's)", SWITCH),
     Option("--confirm", "confirm", "confirm a cell judged fail, inconclusive, machine-differs or stale by an A/B "
            "(as --against) against the environment its baseline was recorded with, rebuilt: a software or a system "
            "change (system only where the rebuild is exact and reproduces the stored figure's move), else unknown "

@@ -1,15 +1,12 @@
-"""One cell measured as an A/B against a reference environment (``--against``): pairs of launches,
-the reference's and the current one's, on the same nodes, judged by :mod:`harness.judging.paired`
-at pre-declared looks whose error is spent (:mod:`harness.judging.sequential`).
+"""One cell measured as an A/B against a reference environment (``--against``, ``--confirm``):
+pairs of launches, the reference's and the current one's, on the same nodes, measured through the
+A/B core (:mod:`harness.session.rounds`: looks, failures, outside work) and judged by
+:func:`harness.judging.paired.judge` at pre-declared looks whose error is spent
+(:mod:`harness.judging.sequential`).
 
 A pair is two launches back to back in balanced random order, or, in a duet (``--duet``), the two
-at once on the two halves of the node, which side gets which half balanced and random. What each
-launch cost is kept: its wall time and measured window. A failed launch is evidence, not a dropped
-pair: it ends the A/B with an ``error`` that names the side (in a duet, the one that failed first).
-A pair whose two launches saw outside work on their cores (another job, the hypervisor's steal)
-that differs by more than the minimum effect, or either of which was contended, is left out,
-counted and made up for; a step in the node's speed within the session that could have made the
-verdict holds it ``inconclusive``.
+at once on the two halves of the node, which side gets which half balanced and random. A step in
+the node's speed within the session that could have made the verdict holds it ``inconclusive``.
 
 Before any speed verdict the first pair's counted work is compared (:mod:`harness.judging.work`):
 what moved between the sides' steps (operators, FLOPs, collectives, memory, data), or that they did
@@ -17,29 +14,23 @@ the same work; each later launch's work is checked against its side's first."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import statistics
 import time
 from typing import Callable, Mapping
 
 from harness.judging.confirmation import Conclusion, Rebuild, Split, conclude, figure_now, judged_now
-from harness.judging.contention import contended
 from harness.judging.kinds import ERROR, PairedKind
-from harness.judging.metrics import parallel_efficiency, step_samples, summarize, trim_warmup
-from harness.judging.paired import (ALPHA, DUET_ORDERS, ORDERS, SPENDING_RULE, Look, Pair, PairedVerdict,
-                                    hold, judge_pairs, next_orders, pairs_wanted, sequential_look, speed_steps)
-from harness.judging.sequential import planned_looks
-from harness.judging.stats import Estimate, throughput_point
-from harness.judging.tunables import DEFAULT_TUNABLES
+from harness.judging.metrics import parallel_efficiency
+from harness.judging.paired import DUET_ORDERS, ORDERS, Look, Pair, PairedVerdict, judge, next_orders, sequential_look
+from harness.judging.stats import Estimate
 from harness.judging.verdicts import Reference
-from harness.judging.work import WorkChange, cell_work, compare_work, work_digest, work_reading
+from harness.judging.work import WorkChange, cell_work, compare_work, work_reading
 from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
-from harness.rank.contention import outside_share
-from harness.rank.gate import timed_out_at_gate
 from harness.session.results import to_json
+from harness.session.rounds import LaunchedFn, PairSettings, RoundFn, back_to_back, busy_words, run_rounds, too_busy
 
 SIDES = ("reference", "current")
 LaunchFn = Callable[[str], CellRun]
@@ -48,28 +39,12 @@ TogetherFn = Callable[[Mapping[str, int]], dict[str, CellRun]]
 """A duet: launches both sides at once, each on the half of the node it is given (0 or 1)."""
 HALVES = {DUET_ORDERS[0]: {"reference": 0, "current": 1}, DUET_ORDERS[1]: {"reference": 1, "current": 0}}
 """Which half each side takes in a duet pair of each arrangement."""
-LEFT_OUT_AT_MOST = 0.5
-"""The A/B stops, its verdict held ``inconclusive``, once more pairs than this share of those
-measured were left out for outside work (and more than two): the node is too busy to compare on."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class PairSettings:
-    """The A/B settings of a session (their defaults: harness.config.options.SuiteOptions)."""
-    first: int
-    most: int
-    min_effect: float
-    budget_s: float
-    """Seconds a cell's pairs may take; no further round starts that would not fit."""
-    alpha: float = ALPHA
-    rule: str = SPENDING_RULE
-    """How the looks spend ``alpha`` (harness.judging.sequential.RULES)."""
-    notable: float = DEFAULT_TUNABLES.notable_wait
-    """Outside work on a launch's cores beyond which it is contended (the system's tunable)."""
 
 
 @dataclasses.dataclass(kw_only=True)
 class PairedResult:
+    """An A/B's pairs and what they were judged: a :class:`harness.session.rounds.Comparison` of two
+    sides, the reference environment and the current one."""
     cell: Cell
     reference: Environment
     pairs: list[Pair] = dataclasses.field(default_factory=list)
@@ -110,6 +85,38 @@ class PairedResult:
     interrupted: bool = False
     """The session was interrupted (Ctrl-C, the batch system's SIGTERM) before the pairs' rounds were
     over: the verdict judges the pairs measured until then, the launch in flight left out."""
+
+    sides = SIDES
+    unit = "pair"
+
+    @property
+    def kept(self) -> list[Pair]:
+        return self.pairs
+
+    def orders(self, count: int, rng: random.Random) -> list[str]:
+        return next_orders(count, [pair.order for pair in self.pairs], rng, DUET_ORDERS if self.duet else ORDERS)
+
+    def launched(self, runs: Mapping[str, CellRun]) -> None:
+        """The first pair both sides completed: their counted work compared before any speed verdict."""
+        if self.work_change is None and len(runs) == len(SIDES) and all(run.ok for run in runs.values()):
+            self.work = {side: cell_work(run.records) for side, run in runs.items()}
+            self.work_change = compare_work(self.work["reference"], self.work["current"])
+
+    def keep(self, order: str, figures: Mapping[str, float]) -> None:
+        self.pairs.append(Pair(order=order, **figures))
+
+    def judge(self, settings: PairSettings) -> bool:
+        """The pairs judged at a new look (:func:`harness.judging.paired.judge`: the error the look
+        spends, then what holds its verdict back), the node too busy among those reasons; True where
+        the verdict is decided."""
+        if len(self.pairs) < 2:
+            return False
+        if not self.looks or self.looks[-1] < len(self.pairs):
+            self.looks.append(len(self.pairs))
+        look = sequential_look(self.looks, settings.most, settings.alpha, settings.rule)
+        self.verdict = judge(self.pairs, min_effect=settings.min_effect, look=look,
+                             holds=[busy_words(self)] if too_busy(self) else [])
+        return self.verdict.kind != PairedKind.INCONCLUSIVE
 
     @property
     def ok(self) -> bool:
@@ -205,49 +212,6 @@ class PairedResult:
         }
 
 
-def launch_figure(run: CellRun) -> float:
-    """One launch's throughput: all ranks, over every timed step. The workload's warm-up steps are
-    untimed on both sides alike; no launch is trimmed further on its own (a trim decided per launch
-    could cut a slower start from one side only)."""
-    return summarize(run.records).throughput
-
-
-WINDOWS = 3
-"""The parts of a launch's timed steps whose figures are kept beside the launch's: whether windows
-of one launch agree more with each other than launches do (harness.report.launches)."""
-
-
-def window_figures(run: CellRun, windows: int = WINDOWS) -> list[float]:
-    """The launch's throughput over each of ``windows`` consecutive parts of its timed steps."""
-    rank_steps, batches = step_samples(run.records)
-    steps = min(len(times) for times in rank_steps)
-    bounds = [round(steps * part / windows) for part in range(windows + 1)]
-    return [throughput_point([times[start:end] for times in rank_steps], batches)
-            for start, end in zip(bounds, bounds[1:]) if end > start]
-
-
-TIMELINE = (("start-up", "worker_start"), ("set-up", "set_up"), ("warm-up", "window_start"),
-            ("window", "window_end"), ("teardown", "done"))
-"""A launch's parts, each ending at the first rank's mark of that name (harness.rank.worker); what
-follows the last is the launcher's exit and the runner noticing it."""
-
-
-def where_time_went(run: CellRun) -> dict[str, float] | None:
-    """Seconds of the launch's wall time in each of :data:`TIMELINE`'s parts, and ``exit``, as rank
-    0 marked them; None where it did not (an older worker)."""
-    timeline = next((record.get("timeline") for record in run.records if record.get("rank") == 0), None)
-    if not timeline or run.started_epoch is None or any(timeline.get(mark) is None for _, mark in TIMELINE):
-        return None
-    marks = [run.started_epoch] + [timeline[mark] for _, mark in TIMELINE]
-    spent = {name: round(end - start, 3) for (name, _), start, end in zip(TIMELINE, marks, marks[1:])}
-    return {**spent, "exit": round(run.started_epoch + run.wall_s - marks[-1], 3)}
-
-
-def window_s(run: CellRun) -> float:
-    """The launch's measured window: its slowest rank's timed steps."""
-    return max(sum(record["step_times"]) for record in run.records)
-
-
 class PairsInterrupted(KeyboardInterrupt):
     """The session's interrupt, raised by :func:`measure_pairs` once the pairs measured are judged:
     a caller that keeps results keeps ``result`` (marked ``interrupted``) and raises it again; any
@@ -258,29 +222,7 @@ class PairsInterrupted(KeyboardInterrupt):
         self.result = result
 
 
-LaunchedFn = Callable[[str, CellRun], None]
-"""Told of each launch of a pair as it ends: its side and its run."""
-PairFn = Callable[[str, LaunchedFn], dict[str, CellRun]]
-"""Launches one pair in the arrangement named (an order, or a duet's halves), telling each launch
-as it ends: each side's run, in the order they were launched; a side whose launch was not made is
-absent."""
-
-
-def sequential_pairs(launch: LaunchFn) -> PairFn:
-    """Pairs of launches back to back, the first side as the order says; a failed first launch
-    ends the pair."""
-    def pair(order: str, launched: LaunchedFn) -> dict[str, CellRun]:
-        runs = {}
-        for side in (SIDES if order == ORDERS[0] else SIDES[::-1]):
-            runs[side] = launch(side)
-            launched(side, runs[side])
-            if not runs[side].ok:
-                break
-        return runs
-    return pair
-
-
-def duet_pairs(together: TogetherFn) -> PairFn:
+def duet_pairs(together: TogetherFn) -> RoundFn:
     """Pairs of launches at once, each side on the half of the node the arrangement gives it."""
     def pair(arrangement: str, launched: LaunchedFn) -> dict[str, CellRun]:
         runs = together(HALVES[arrangement])
@@ -290,170 +232,48 @@ def duet_pairs(together: TogetherFn) -> PairFn:
     return pair
 
 
+def _sequence(order: str) -> tuple[str, ...]:
+    return SIDES if order == ORDERS[0] else SIDES[::-1]
+
+
 def measure_pairs(cell: Cell, reference: Environment, launch: LaunchFn | None, settings: PairSettings,
                   seed: int | None = None, on_progress: Callable[[str], None] | None = None, *,
                   together: TogetherFn | None = None, on_pair: Callable[[PairedResult], None] | None = None,
                   resume: PairedResult | None = None) -> PairedResult:
-    """Launch pairs until a look decides, ``settings.most`` pairs are in or the budget would be
-    passed; stop at the first failed launch. ``together``: a duet instead of ``launch``'s
-    back-to-back pairs. ``on_pair`` is called after every pair (kept, left out or failed);
-    ``resume`` goes on from a result kept earlier (its pairs, looks and launches count). An
-    interrupt (``KeyboardInterrupt``) ends the pairs: :class:`PairsInterrupted` carries the result,
-    the pairs measured until then judged."""
+    """Launch pairs through the A/B core (:func:`harness.session.rounds.run_rounds`) until a look
+    decides, ``settings.most`` pairs are in or the budget would be passed; stop at the first failed
+    launch. ``together``: a duet instead of ``launch``'s back-to-back pairs. ``on_pair`` is called
+    after every pair (kept, left out or failed); ``resume`` goes on from a result kept earlier (its
+    pairs, looks and launches count). An interrupt (``KeyboardInterrupt``) ends the pairs:
+    :class:`PairsInterrupted` carries the result, the pairs measured until then judged."""
     seed = random.SystemRandom().randrange(2 ** 32) if seed is None else seed
     result = resume or PairedResult(cell=cell, reference=reference, seed=seed, duet=together is not None)
-    pair_of = duet_pairs(together) if together is not None else sequential_pairs(launch)
+    pair_of = duet_pairs(together) if together is not None else back_to_back(launch, _sequence)
     started = time.monotonic() - result.wall_s
+    compared = [result.work_change is not None]
+
+    def after_pair() -> None:
+        if on_progress and not compared[0] and result.work_change is not None:  # before any speed verdict
+            on_progress(f"{result.cell.id}: {result.work_change.text()} (the first pair's counted work)")
+        compared[0] = result.work_change is not None
+        (on_pair or (lambda _: None))(result)
+
+    def after_look() -> None:
+        if on_progress:
+            on_progress(f"{result.cell.id}: {result.verdict.kind} after {len(result.pairs)} pairs "
+                        f"({result.verdict.ratio.value:.3f})")
+
     try:
-        _measure_rounds(result, pair_of, settings, random.Random(seed + len(result.pairs)), started,
-                        on_progress, on_pair or (lambda _: None))
+        run_rounds(result, pair_of, settings, random.Random(seed + len(result.pairs)), started=started,
+                   on_round=after_pair, on_look=after_look)
     except KeyboardInterrupt as interrupt:
         result.interrupted = True
         if len(result.pairs) > (result.looks[-1] if result.looks else 1):
-            _judge(result, settings)
+            result.judge(settings)
         raise PairsInterrupted(result) from interrupt
     finally:
         result.wall_s = time.monotonic() - started
     return result
-
-
-def _measure_rounds(result: PairedResult, pair_of: PairFn, settings: PairSettings, rng: random.Random,
-                    started: float, on_progress: Callable[[str], None] | None,
-                    on_pair: Callable[[PairedResult], None]) -> None:
-    arrangements = DUET_ORDERS if result.duet else ORDERS
-    if result.pairs and len(result.pairs) in planned_looks(settings.first, settings.most) \
-            and result.looks[-1:] != [len(result.pairs)]:
-        _judge(result, settings)  # a result kept between its look's last pair and its judgement
-        if result.verdict is not None and result.verdict.kind != PairedKind.INCONCLUSIVE:
-            return
-    while (target := pairs_wanted(len(result.pairs), settings.first, settings.most)) is not None:
-        per_pair = (time.monotonic() - started) / max(1, len(result.pairs) + len(result.left_out))
-        if result.pairs and per_pair * (target - len(result.pairs)) > settings.budget_s - (time.monotonic() - started):
-            break
-        while len(result.pairs) < target:  # a pair left out is made up for, the orders rebalanced
-            kept = [pair.order for pair in result.pairs]
-            for order in next_orders(target - len(result.pairs), kept, rng, arrangements):
-                compared = result.work_change is not None
-                _one_pair(result, order, pair_of, settings)
-                if on_progress and not compared and result.work_change is not None:  # before any speed verdict
-                    on_progress(f"{result.cell.id}: {result.work_change.text()} (the first pair's counted work)")
-                result.wall_s = time.monotonic() - started
-                on_pair(result)
-                if result.error:
-                    if len(result.pairs) > (result.looks[-1] if result.looks else 1):
-                        _judge(result, settings)
-                    return
-                if _too_busy(result):
-                    _judge(result, settings)
-                    if result.verdict is None:
-                        result.error = _busy_words(result)
-                    return
-        _judge(result, settings)
-        if on_progress:
-            on_progress(f"{result.cell.id}: {result.verdict.kind} after {len(result.pairs)} pairs "
-                        f"({result.verdict.ratio.value:.3f})")
-        if result.verdict.kind != PairedKind.INCONCLUSIVE:
-            return
-
-
-def _too_busy(result: PairedResult) -> bool:
-    left_out = len(result.left_out)
-    return left_out > 2 and left_out > LEFT_OUT_AT_MOST * (left_out + len(result.pairs))
-
-
-def _judge(result: PairedResult, settings: PairSettings) -> None:
-    """Judge the pairs at a new look: the error it spends, then what holds its verdict back."""
-    if len(result.pairs) < 2:
-        return
-    if not result.looks or result.looks[-1] < len(result.pairs):
-        result.looks.append(len(result.pairs))
-    look = sequential_look(result.looks, settings.most, settings.alpha, settings.rule)
-    verdict = judge_pairs(result.pairs, min_effect=settings.min_effect, look=look)
-    reasons = speed_steps(result.pairs, verdict, min_effect=settings.min_effect)
-    if _too_busy(result):
-        reasons.append(_busy_words(result))
-    result.verdict = hold(verdict, reasons)
-
-
-def _busy_words(result: PairedResult) -> str:
-    return (f"{len(result.left_out)} of {len(result.left_out) + len(result.pairs)} pairs were left out for outside "
-            "work on their cores: the node is too busy to compare on")
-
-
-def _one_pair(result: PairedResult, order: str, pair_of: PairFn, settings: PairSettings) -> None:
-    index = len(result.pairs) + len(result.left_out) + len(result.failures)
-
-    def launched(side: str, run: CellRun) -> None:
-        result.launches += 1
-        entry = {"pair": index, "side": side, "order": order, "status": run.status, "wall_s": round(run.wall_s, 3)}
-        if run.ok:
-            entry.update(window_s=round(window_s(run), 4), throughput=launch_figure(run),
-                         throughput_as_stored=summarize(trim_warmup(run.records)[0]).throughput,
-                         window_throughputs=window_figures(run), outside_share=outside_share(run.records),
-                         spent=where_time_went(run),
-                         launch_facts=[record.get("launch_facts") for record in run.records],
-                         work_digest=work_digest(cell_work(run.records)))
-        result.launch_log.append(entry)
-
-    runs = pair_of(order, launched)
-    if result.work_change is None and all(run.ok for run in runs.values()):
-        result.work = {side: cell_work(run.records) for side, run in runs.items()}
-        result.work_change = compare_work(result.work["reference"], result.work["current"])
-    if side := first_to_fail(runs):
-        run = runs[side]
-        first_line = (run.error or run.status).strip().splitlines()[0]
-        result.failures.append({"side": side, "order": order, "pair": index, "status": run.status, "error": first_line})
-        result.error = (f"the {side} side's launch {_status_words(run.status)} in pair {index + 1} ({order})"
-                        + _other_side_words(runs, side)
-                        + f": {first_line}; {result.failed_launches('reference')} of the reference's and "
-                          f"{result.failed_launches('current')} of the current side's launches failed")
-        return
-    figures = {side: launch_figure(run) for side, run in runs.items()}
-    shares = {side: outside_share(run.records) for side, run in runs.items()}
-    if why := _outside_work(shares, settings):
-        result.left_out.append({"pair": index, "order": order, **figures, "outside_share": shares, "why": why})
-        return
-    result.pairs.append(Pair(order=order, **figures))
-
-
-def first_to_fail(runs: Mapping[str, CellRun]) -> str | None:
-    """The side whose launch failed first, where any did. Back to back, a pair ends at its first
-    failure. In a duet, a side whose other side died before its window fails too, later: silent at
-    the gate until the runner ends it, or timed out there. So the side the runner saw end first is
-    named, and never one whose ranks timed out at the gate while the other's did not (that one may
-    have hung with more silence allowed than the gate's wait)."""
-    failed = [side for side, run in runs.items() if not run.ok]
-    return min(failed, default=None, key=lambda side: (timed_out_at_gate(runs[side].error),
-                                                       runs[side].ended_epoch or math.inf))
-
-
-def _other_side_words(runs: Mapping[str, CellRun], side: str) -> str:
-    other = next((name for name in runs if name != side), None)
-    if other is None:
-        return ""
-    if runs[other].ok:
-        return f" where the {other}'s completed"
-    return f" before the {other}'s, which then {_status_words(runs[other].status)}"
-
-
-def _outside_work(shares: Mapping[str, float | None], settings: PairSettings) -> str | None:
-    """Why outside work on its launches' cores leaves a pair out, if it does: either launch was
-    contended (outside work took more than ``settings.notable`` of its cores' time, as the stored
-    verdict's contention guard leaves such a launch out), or the two launches' shares differ by more
-    than the minimum effect (as much as that can take from one side's speed)."""
-    if None in shares.values():
-        return None
-    said = (f"outside work took {shares['reference']:.1%} of the reference's cores and {shares['current']:.1%} of "
-            "the current side's")
-    if any(contended(None, None, share, notable=settings.notable) for share in shares.values()):
-        return f"{said}: contended (more than {settings.notable:.0%})"
-    if abs(shares["reference"] - shares["current"]) > settings.min_effect:
-        return f"{said}: a difference beyond the minimum effect ({settings.min_effect:.1%})"
-    return None
-
-
-def _status_words(status: str) -> str:
-    return {"timeout": "timed out", "hung": "hung", "failed": "failed"}.get(status, status)
 
 
 def side_efficiency(result: PairedResult, reference_result: PairedResult, ranks: int,
@@ -499,13 +319,18 @@ def confirmed_by(paired: PairedResult, rebuild: Rebuild, *, stored: Estimate, ba
     ``band``): the reference side's launches are the baseline environment's figure on this node now,
     each computed as a stored figure is (its warm-up trimmed), not as the pairs' ratio takes it. A
     launch that failed leaves the cause ``unknown``, naming the failure, whatever the pairs before it
-    said: their verdict comes from a look the plan did not make, and the failure may be the change's."""
+    said: their verdict comes from a look the plan did not make, and the failure may be the change's.
+    A duet's launches ran on half the node: they are not the baseline environment's figure as it was
+    stored, so they leave the cause ``software`` or ``unknown``, never ``system``."""
     verdict = paired.verdict
-    as_stored = [entry["throughput_as_stored"] for entry in paired.launch_log
-                 if entry["side"] == "reference" and entry["status"] == "ok"]
+    not_now = ("the duet's launches ran on half the node, and half-node launches cannot reproduce a stored figure "
+               "measured on the whole node; run --confirm without --duet to tell the system from the software"
+               if paired.duet else None)
+    as_stored = [] if not_now else [entry["throughput_as_stored"] for entry in paired.launch_log
+                                    if entry["side"] == "reference" and entry["status"] == "ok"]
     now = figure_now(as_stored, band.value) if as_stored else None
     split = Split.of(stored, verdict.ratio if verdict else None, now,
-                     judged_now(now, band, len(as_stored)) if now else None)
+                     judged_now(now, band, len(as_stored)) if now else None, not_now)
     error = paired.error or (None if verdict else "interrupted" if paired.interrupted else "no pair was judged")
     return Confirmation.of(conclude(rebuild, split, verdict=verdict, error=error, difference=difference), rebuild,
                            paired)

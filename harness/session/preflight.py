@@ -17,7 +17,7 @@ from harness.data.dataset import DatasetError, ensure, validate_image_folder
 from harness.data.tfrecord import TFRecordError, convert, open_tfrecord_set
 from harness.launch.launchers import LAUNCHERS, Launcher, gpus_a_job_step_sees
 from harness.launch.runner import RunLimits, worker_options
-from harness.machine import allocation
+from harness.machine import allocation, huge_pages
 from harness.machine.package_sets import import_error
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
@@ -231,21 +231,44 @@ def cores_per_rank(options: SuiteOptions, processes: Iterable[int], gpus: bool, 
     most processes a cell of this session puts on one node (``processes``: each runnable cell's
     rank count, its parameter servers included); None for GPU cells (a rank owns its GPU) and where
     the processes outnumber the cores (then they share them, and say so). ``halves``: a duet's
-    launch has half the node's cores."""
+    launches, which have half the node's cores each."""
     if gpus:
         return None
     job = allocation.from_env(os.environ)
     node_cores = min(job.cpus_per_node) if job and job.cpus_per_node else len(os.sched_getaffinity(0))
-    node_cores = node_cores // 2 if halves else node_cores
+    cores = node_cores // 2 if halves else node_cores
     largest = max(processes, default=1)
     per_node = math.ceil(largest / (job.nodes if job else 1))
     asked = options.cores_per_rank
     if asked is not None:
-        if asked * per_node > node_cores:
-            raise SuiteError(f"--cores-per-rank {asked}: the largest cell puts {per_node} rank(s) on a node of "
-                             f"{node_cores} core(s), which holds at most {node_cores // per_node} per rank")
+        if asked * per_node > cores:
+            where = (f"each half of a node for --duet, {cores} of its {node_cores} core(s)" if halves else
+                     f"a node of {node_cores} core(s)")
+            raise SuiteError(f"--cores-per-rank {asked}: the largest cell puts {per_node} rank(s) on {where}, "
+                             f"which holds at most {cores // per_node} per rank")
         return asked
-    return node_cores // per_node if per_node <= node_cores else None
+    return cores // per_node if per_node <= cores else None
+
+
+def ranks_per_node(processes: Iterable[int]) -> int:
+    """The most ranks a cell of the session puts on one node (``processes``: each runnable cell's
+    rank count), spread over the allocation's nodes where there is one."""
+    job = allocation.from_env(os.environ)
+    return math.ceil(max(processes, default=1) / (job.nodes if job else 1))
+
+
+def decide_huge_pages(options: SuiteOptions, processes: Iterable[int], gpus: bool,
+                      launch_environment: Mapping[str, str], shell: Mapping[str, str] = os.environ
+                      ) -> huge_pages.HugePages:
+    """The huge pages the session's ranks run with (``--huge-pages``, :func:`harness.machine.huge_pages.decide`),
+    read from this node, over the ``GLIBC_TUNABLES`` the ranks would otherwise get (the launch
+    environment's, else the shell's)."""
+    tunables = launch_environment.get(huge_pages.VARIABLE, shell.get(huge_pages.VARIABLE))
+    try:
+        return huge_pages.decide(options.huge_pages, gpus=gpus, ranks=ranks_per_node(processes), tunables=tunables,
+                                 **huge_pages.read_node())
+    except huge_pages.HugePagesError as error:
+        raise SuiteError(str(error)) from None
 
 
 def run_limits(options: SuiteOptions) -> RunLimits:

@@ -24,16 +24,16 @@ from harness.config.cells import PROFILES, AccuracyCell, AccuracySettings, Profi
 from harness.config.options import SuiteError, SuiteOptions, check_settings
 from harness.judging.confirmation import (SOFTWARE, UNKNOWN, Rebuild, Setting, Split, conclude, judged_now,
                                           plan_rebuild, rebuilt_code_missing, scaled, software_by_work)
-from harness.judging.kinds import PairedKind, VerdictKind
-from harness.judging.paired import repeated_p_value
+from harness.judging.kinds import ERROR, VerdictKind
+from harness.judging.paired import CALLS, calls_that_stand, hold, repeated_p_value, surely_stands
 from harness.judging.recording import accuracy_entry, baseline_entries
-from harness.judging.sequential import benjamini_hochberg
 from harness.judging.verdicts import Evidence, config_change, judge_accuracy, measured_enough
 from harness.launch.launchers import LAUNCHERS, Launcher, default_launcher_name
 from harness.launch.runner import CellRun, RunLimits, Together, run_cell, run_cells_together, worker_options
 from harness.machine.allocation import launch_environment
 from harness.machine.environment import capture as capture_environment
 from harness.machine.environment import rank_settings
+from harness.machine.huge_pages import HugePages
 from harness.machine import references
 from harness.machine.provenance import code_hash, environment_id, installed_packages, packages_of, provenance
 from harness.machine.system import detect_system, rank_capacity
@@ -77,15 +77,42 @@ class Prepared:
     launcher: Launcher
     workload: Workload
     cores_per_rank: int | None
+    """Cores each CPU rank owns in the session's own launches (a cell's, measured against its stored
+    baseline, and an A/B's pairs back to back): the whole node's share."""
     limits: RunLimits
     packages: dict[str, str]
     provenance: dict
     environment: dict
     current_environment: references.Environment
     reference: Reference | None
+    huge_pages: HugePages | None = None
+    """The huge pages every launch's ranks get through the launch environment (``--huge-pages``)."""
     duet: duet.DuetPlan | None = None
     """The node's halves for ``--duet``."""
+    duet_cores_per_rank: int | None = None
+    """Cores each CPU rank owns in a duet's launches (``--duet``), each on half the node: those
+    launches' only, for the stored baselines were measured with the whole node's share."""
     run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfirmingAB:
+    """An A/B that ``--confirm`` ran for a cell's stored-baseline verdict, kept for the session's
+    false-discovery control: the confirmation stands on the A/B's call, so a call the control holds
+    back is concluded again (:meth:`held`)."""
+    result: CellResult
+    paired: PairedResult
+    conclude: Callable[[PairedResult], Confirmation]
+    """The confirmation an A/B's pairs give, as :func:`harness.session.paired.confirmed_by` makes it."""
+
+    def held(self) -> Confirmation:
+        """The confirmation concluded again from the A/B's call held ``inconclusive`` by the control
+        (its cause then ``unknown``, saying why); the A/B kept as it was, its ``false_discovery`` set."""
+        control = self.paired.false_discovery
+        reason = (f"the call does not stand among the {control['cells']} A/Bs of the session (Benjamini-Hochberg at "
+                  f"{control['rate']:.0%}, repeated p {control['repeated_p']:.2g})")
+        again = dataclasses.replace(self.paired, verdict=hold(self.paired.verdict, [reason]))
+        return dataclasses.replace(self.conclude(again), paired=self.paired)
 
 
 class Suite:
@@ -103,6 +130,8 @@ class Suite:
         self.accuracy_results: list[AccuracyResult] = []
         self.paired_results: list[PairedResult] = []
         """Cells measured as an A/B against the reference environment (``--against``)."""
+        self.confirming: list[ConfirmingAB] = []
+        """The A/Bs ``--confirm`` ran, each entering the session's false-discovery control."""
         self.cut_short: list[str] = []
         """Cells an interrupt ended before any launch of theirs was judged."""
         self.prepared: Prepared | None = None
@@ -113,6 +142,8 @@ class Suite:
             self.launch_environment = references.with_shell_values(
                 options.against, launch_environment(options.launch_env, options.launch_env_file, os.environ),
                 os.environ)
+            """The variables every rank of the session gets: the user's (``--launch-env``), and from
+            :meth:`prepare` on the huge pages' ``GLIBC_TUNABLES`` (:attr:`Prepared.huge_pages`)."""
         except ValueError as error:
             raise SuiteError(str(error)) from None
 
@@ -176,10 +207,13 @@ class Suite:
         if options.gpus:
             preflight.check_rank_counts(options, self.cells(), self.ps_servers, *self._rank_capacity)
         preflight.check_numerics(self.cells(), self.uses_gpus)
+        processes = preflight.processes(self.cells(), self.ps_servers, self._rank_capacity[0])
+        huge_pages = preflight.decide_huge_pages(options, processes, self.uses_gpus, self.launch_environment)
+        launch_variables = huge_pages.over(self.launch_environment)
         preflight.check_writable_places(options)
         data_dir, tfrecord_dir = preflight.prepare_data(options, {cell.loader for cell in self.cells()},
                                                         self.profile.dataset)
-        launcher = preflight.usable_launcher(self.launcher_name, self.launch_environment, options.partition)
+        launcher = preflight.usable_launcher(self.launcher_name, launch_variables, options.partition)
         try:
             system = detect_system(options.system, options.partition)
         except ValueError as error:
@@ -189,16 +223,19 @@ class Suite:
         if options.history_dir is not None:
             preflight.check_history(options.history_dir / f"{system}.jsonl")
         packages = installed_packages()
-        current_environment = references.current(self.launch_environment)
+        current_environment = references.current(launch_variables)
         duet_plan = self._duet_plan() if options.duet else None
         self.prepared = Prepared(
             system=system, baselines=baselines, launcher=launcher, workload=self._workload(data_dir, tfrecord_dir),
-            cores_per_rank=preflight.cores_per_rank(options, preflight.processes(
-                self.cells(), self.ps_servers, self._rank_capacity[0]), self.uses_gpus, halves=bool(duet_plan)),
+            cores_per_rank=preflight.cores_per_rank(options, processes, self.uses_gpus),
             limits=preflight.run_limits(options), packages=packages,
             provenance=provenance(HARNESS_SOURCE, packages, tracked=tracked_packages()),
             environment=capture_environment(), current_environment=current_environment,
-            reference=self._reference(current_environment) if options.against else None, duet=duet_plan)
+            reference=self._reference(current_environment) if options.against else None, huge_pages=huge_pages,
+            duet=duet_plan,
+            duet_cores_per_rank=preflight.cores_per_rank(options, processes, self.uses_gpus, halves=True)
+            if duet_plan else None)
+        self.launch_environment = launch_variables
         return self.prepared
 
     def _duet_plan(self) -> duet.DuetPlan:
@@ -262,7 +299,7 @@ class Suite:
             current_runs: list[CellRun] = []
             result, interrupt = self._pairs(cell, ready.reference.environment, ready.reference.launcher, on_progress,
                                             current_runs=current_runs)
-            if result.pairs and ready.baselines.entry(cell.id):
+            if result.pairs and ready.baselines.entry(cell.id) and not result.duet:  # a duet's ran on half the node
                 result.stored_baseline = self._stored_verdict(cell, current_runs)
         reference_cell = preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers)
         for earlier in self.paired_results:
@@ -301,14 +338,23 @@ class Suite:
                 confirmation = Confirmation.of(conclude(rebuild, Split.of(stored)), rebuild)
             else:
                 paired, interrupt = self._pairs(result.cell, reference, self._launcher_of(reference), on_progress)
-                confirmation = confirmed_by(paired, rebuild, stored=stored, band=band,
-                                            difference=references.describe_difference(
-                                                references.difference(reference, ready.current_environment)))
+                confirmation = self.confirm_by(result, paired, functools.partial(
+                    confirmed_by, rebuild=rebuild, stored=stored, band=band,
+                    difference=references.describe_difference(references.difference(reference,
+                                                                                     ready.current_environment))))
         result.confirmation = confirmation.to_json()
         self._keep_results()
         if interrupt:
             raise interrupt
         return confirmation
+
+    def confirm_by(self, result: CellResult, paired: PairedResult,
+                   conclude: Callable[[PairedResult], Confirmation]) -> Confirmation:
+        """The confirmation ``paired`` (an A/B against the baseline's environment) gives ``result``'s
+        verdict, the A/B kept for the session's false-discovery control
+        (:meth:`control_false_discoveries`)."""
+        self.confirming.append(ConfirmingAB(result=result, paired=paired, conclude=conclude))
+        return conclude(paired)
 
     def _baseline_environment(self, result: CellResult) -> tuple[Rebuild, references.Environment | None]:
         """How the environment a cell's baseline entry was recorded with is rebuilt here, and the
@@ -421,29 +467,38 @@ class Suite:
                             min_effect=o.min_effect or tunables.min_effect, notable=tunables.notable_wait)
 
     def change_surely_stands(self, result: PairedResult, cells: int) -> bool:
-        """Whether a change the A/B called stands under the false-discovery control whatever the
-        session's other ``cells`` - 1 A/Bs find: its repeated p-value is within the Bonferroni share
-        ``alpha / cells``, which Benjamini-Hochberg never rejects less than."""
-        return result.change_p <= self.pair_settings.alpha / max(1, cells)
+        """Whether the A/B's verdict stands under the false-discovery control whatever the session's
+        other ``cells`` - 1 A/Bs find (:func:`harness.judging.paired.surely_stands`): a call whose
+        repeated p-value is within Bonferroni's share, or a verdict that claims nothing."""
+        if not result.ok or result.verdict.kind not in CALLS:
+            return True
+        return surely_stands(result.change_p, cells, self.pair_settings.alpha)
 
     def control_false_discoveries(self, cells: int) -> list[PairedResult]:
-        """Benjamini-Hochberg over the changes the session's A/Bs called, among ``cells`` compared
-        (at least those measured); sets each result's ``false_discovery`` and returns the results
-        whose call does not stand."""
-        judged = [result for result in self.paired_results if result.verdict is not None]
-        cells = max(cells, len(judged))
-        if cells < 2:
+        """The false-discovery control (:func:`harness.judging.paired.calls_that_stand`) over the
+        session's A/Bs: the ``--against`` ones among ``cells`` compared (at least those measured),
+        and those ``--confirm`` ran, each a cell compared. Sets each judged A/B's
+        ``false_discovery``; a confirmation whose A/B's call does not stand is concluded again from
+        it held ``inconclusive`` (:meth:`ConfirmingAB.held`). Returns the A/Bs whose call does not
+        stand."""
+        results = self.paired_results + [confirming.paired for confirming in self.confirming]
+        compared = (max(cells, len(self.paired_results)) if self.paired_results else 0) + len(self.confirming)
+        if compared < 2:
             return []
         alpha = self.pair_settings.alpha
-        p_values = [result.change_p for result in judged] + [1.0] * (cells - len(judged))
-        stands = benjamini_hochberg(p_values, alpha)
+        stands = calls_that_stand([(result.verdict.kind if result.ok else ERROR, result.change_p)
+                                   for result in results], compared, alpha)
         held = []
-        for result, stand in zip(judged, stands):
-            called = result.verdict.kind in (PairedKind.REGRESSED, PairedKind.IMPROVED)
-            result.false_discovery = {"procedure": "Benjamini-Hochberg", "rate": alpha, "cells": cells,
-                                      "repeated_p": result.change_p, "stands": stand or not called}
-            if called and not stand:
+        for result, stand in zip(results, stands):
+            if result.verdict is None:
+                continue
+            result.false_discovery = {"procedure": "Benjamini-Hochberg", "rate": alpha, "cells": compared,
+                                      "repeated_p": result.change_p, "stands": stand}
+            if not stand:
                 held.append(result)
+        for confirming in self.confirming:
+            if any(confirming.paired is result for result in held):
+                confirming.result.confirmation = confirming.held().to_json()
         self._keep_results()
         return held
 
@@ -454,12 +509,13 @@ class Suite:
         if lacking:
             return (f"the {reference.label}'s harness predates duet launches (its ranks do not know "
                     f"{', '.join(lacking)}): measure it without --duet")
-        return duet.does_not_fit(ready.duet, cell, cell.ranks, ready.cores_per_rank)
+        return duet.does_not_fit(ready.duet, cell, cell.ranks, ready.duet_cores_per_rank)
 
     def _duet_launches(self, cell: Cell, sides: dict, on_progress: Callable[[str], None] | None,
                        current_runs: list[CellRun] | None) -> TogetherFn:
-        """A duet pair's launches: both sides at once, each on the half of the node it is given, their
-        first ranks meeting at a gate of their own before the timed windows."""
+        """A duet pair's launches: both sides at once, each on the half of the node it is given with
+        the half's cores per rank, their first ranks meeting at a gate of their own before the timed
+        windows."""
         ready = self.prepare()
 
         def together(halves: Mapping[str, int]) -> dict[str, CellRun]:
@@ -469,6 +525,7 @@ class Suite:
                 launches = [Together(cell=cell, workload=ready.workload, workdir=self.options.workdir / side,
                                      launcher=sides[side][0].with_variables(ready.duet.environment(half)),
                                      options=dataclasses.replace(self._pair_rank_options(),
+                                                                 cores_per_rank=ready.duet_cores_per_rank or None,
                                                                  core_set=ready.duet.core_set(half),
                                                                  window_gate=str(gate)),
                                      source=sides[side][1].source, python=sides[side][1].python,
@@ -596,6 +653,7 @@ class Suite:
         return {
             "system": ready and ready.system, "launcher": self.launcher_name, "run_id": ready and ready.run_id,
             "cores_per_rank": ready and ready.cores_per_rank,
+            "huge_pages": ready.huge_pages.to_json() if ready and ready.huge_pages else None,
             "workload": dataclasses.asdict(ready.workload) if ready else None,
             "tunables": dataclasses.asdict(ready.baselines.tunables) if ready else None,
             "provenance": ready and ready.provenance, "environment": ready and ready.environment,

@@ -64,17 +64,20 @@ from harness.rank.cell import Cell
 from harness.rank.instructions import missing_tools
 from harness.rank.numerics import Numerics
 from harness.rank.workload import Workload
-from harness.session.paired import PairedResult, PairsInterrupted, PairSettings, launch_figure, measure_pairs
+from harness.session.paired import PairedResult, PairsInterrupted, measure_pairs
+from harness.session.rounds import LaunchedFn, PairSettings, back_to_back, busy_words, run_rounds, too_busy
 from harness.session.suite import Suite
 from harness.tasks.bisect_points import (BisectError, Point, commit_points, package_moves, package_points,
                                          package_sets_of, version_points)
 
-STATE_VERSION = 4
+STATE_VERSION = 5
 """2: the state is bound to its launch settings (``binding``), keeps a verification's pairs as they
 come (``verifying``) and the fixes found (``fixes``); 3: whether it places its midpoints by their
 counted work or by their speed (``by``), each point's work (``work``) and the ranges whose ends
 count the same work (``same_work``); 4: or by their host instructions (``by`` ``instructions``,
-each point's count under ``instructions``)."""
+each point's count under ``instructions``); 5: a step's rounds are the A/B core's (its failed
+launches as records, the rounds left out for outside work, every launch's log entry), and the binding
+holds the harness code's version."""
 
 
 COUNTED_BY = ("work", "instructions")
@@ -85,6 +88,69 @@ COUNTS = {"work": cell_work, "instructions": cell_instructions}
 
 class BudgetSpent(RuntimeError):
     pass
+
+
+class NodeTooBusy(RuntimeError):
+    """A step's rounds were left out for outside work on their cores more than the A/B core allows;
+    the rounds are kept, and the bisect goes on from them when started again."""
+
+
+class StepRounds:
+    """A bisect step's rounds as the A/B core measures them (a
+    :class:`harness.session.rounds.Comparison` of three sides: the range's good end, its midpoint
+    and its bad end), kept in the step's state as they come."""
+    sides = bisection.POINTS
+    unit = "round"
+
+    def __init__(self, step: dict, *, first_step: bool):
+        self.step, self.first_step = step, first_step
+        self.placement: bisection.Placement | None = None
+        self.decided = False
+        self.wall_s = 0.0
+
+    @staticmethod
+    def empty() -> dict:
+        """A step's rounds before any: those kept, its looks, its failed launches, the rounds left out
+        for outside work, every launch's log entry, the error that ended them."""
+        return {"rounds": [], "looks": [], "failed": [], "left_out": [], "launch_log": [], "launches": 0,
+                "error": None}
+
+    looks = property(lambda self: self.step["looks"])
+    failures = property(lambda self: self.step["failed"])
+    left_out = property(lambda self: self.step["left_out"])
+    launch_log = property(lambda self: self.step["launch_log"])
+    launches = property(lambda self: self.step["launches"],
+                        lambda self, value: self.step.__setitem__("launches", value))
+    error = property(lambda self: self.step["error"], lambda self, value: self.step.__setitem__("error", value))
+
+    @property
+    def kept(self) -> list[bisection.Round]:
+        return [bisection.Round(**kept) for kept in self.step["rounds"]]
+
+    def orders(self, count: int, rng: random.Random) -> list[str]:
+        return bisection.round_orders(count, rng, kept=[kept["order"] for kept in self.step["rounds"]])
+
+    def launched(self, runs: Mapping[str, CellRun]) -> None:
+        pass
+
+    def keep(self, order: str, figures: Mapping[str, float]) -> None:
+        self.step["rounds"].append(bisection.Round(order=order, **figures).to_json())
+
+    def judge(self, settings: PairSettings) -> bool:
+        """The midpoint placed at a new look (:func:`harness.judging.bisection.place`, its three
+        comparisons judged as an A/B's pairs are); decided where it is placed, and on the range's
+        first step only where its ends differ with confidence."""
+        rounds = self.kept
+        if len(rounds) < 2:
+            return False
+        if not self.looks or self.looks[-1] < len(rounds):
+            self.looks.append(len(rounds))
+        self.placement = bisection.place(rounds, min_effect=settings.min_effect, looks=self.looks, most=settings.most,
+                                         alpha=settings.alpha, rule=settings.rule,
+                                         holds=[busy_words(self)] if too_busy(self) else [])
+        ends_clear = not self.first_step or self.placement.ends.kind == PairedKind.REGRESSED
+        self.decided = self.placement.kind != bisection.UNCLEAR and ends_clear
+        return self.decided
 
 
 _AB_DEFAULTS = {option.name: option.default for option in dataclasses.fields(SuiteOptions)}
@@ -102,6 +168,8 @@ class Settings:
     alpha: float = ALPHA
     rule: str = SPENDING_RULE
     """How a step's looks and a verification's spend the error (the suite's ``--spending``)."""
+    notable: float = DEFAULT_TUNABLES.notable_wait
+    """Outside work on a launch's cores beyond which its round is left out (the system's tunable)."""
     max_launches: int = 600
     max_seconds: float = 6 * 3600.0
     by: str = "auto"
@@ -123,19 +191,21 @@ def cell_options(cell_id: str) -> dict:
 
 
 def launch_settings(*, workload: Workload, launcher: str, cores_per_rank: int | None, device: str, system: str,
-                    launch_environment: Mapping[str, str], packages: Mapping[str, str],
+                    launch_environment: Mapping[str, str], packages: Mapping[str, str], harness_code: str | None,
                     settings: Settings) -> dict[str, object]:
     """Every setting that changes a bisect's launches or how its rounds and pairs are judged, by
     names a reader knows: the workload's fields, the launcher, the cores per rank, the device, the
     system the launches run on, each launch variable, each installed distribution (the base every
-    point's environment is built over), the minimum effect and the looks and error of the steps and
-    verifications. A state is bound to them (:func:`binding`). The budget (``--max-launches``,
-    ``--max-time``) and ``--seed`` are not among them: a resumed bisect may change those."""
+    point's environment is built over), the version of the harness code that measures and judges
+    them (:func:`harness.machine.provenance.code_version`), the minimum effect, the outside work
+    that leaves a round out and the looks and error of the steps and verifications. A state is
+    bound to them (:func:`binding`). The budget (``--max-launches``, ``--max-time``) and ``--seed``
+    are not among them: a resumed bisect may change those."""
     named: dict[str, object] = {f"workload {name}": value for name, value in dataclasses.asdict(workload).items()}
     named.update({"launcher": launcher, "cores per rank": cores_per_rank, "device": device, "system": system,
                   "min effect": settings.min_effect, "rounds": settings.rounds, "max rounds": settings.max_rounds,
                   "verify pairs": settings.verify_pairs, "alpha": settings.alpha, "spending rule": settings.rule,
-                  "placed by": settings.by})
+                  "notable outside work": settings.notable, "placed by": settings.by, "harness code": harness_code})
     named.update({f"launch env {name}": value for name, value in sorted(launch_environment.items())})
     named.update({f"package {name}": version for name, version in sorted(packages.items())})
     return json.loads(json.dumps(named, default=str))  # as the state file gives them back
@@ -257,7 +327,7 @@ class Bisect:
                     continue
                 self.state["pending"].pop()
                 self.state["current"] = {"range": [low, high], "candidates": bisection.midpoint_candidates(low, high),
-                                         "skipped": [], "rounds": [], "looks": [], "failed": []}
+                                         "skipped": [], **StepRounds.empty()}
             self._step()
         self._account()
         self.state["done"] = True
@@ -379,7 +449,7 @@ class Bisect:
                 continue
             placement = self._rounds(step, low, mid, high)
             if placement is None:
-                self._skip(step, "its launches failed: " + step["failed"][-1])
+                self._skip(step, "its launch failed: " + step["error"])
                 continue
             self._finish(step, low, mid, high, placement)
             return
@@ -397,50 +467,57 @@ class Bisect:
     def _skip(self, step: dict, why: str) -> None:
         mid = step["candidates"].pop(0)
         step["skipped"].append({"point": self.keys[mid], "why": why})
-        step["rounds"], step["looks"], step["failed"] = [], [], []
+        step.update(StepRounds.empty())
         self.say(f"  skipped {self.label(mid)}: {why}")
         self._save()
 
     def _rounds(self, step: dict, low: int, mid: int, high: int) -> bisection.Placement | None:
-        """Rounds of the three points until the midpoint's place is clear or the most rounds are in,
-        judged at each look with the error spent across the step's looks; None where the midpoint's
-        launches failed in most rounds."""
+        """Rounds of the three points through the A/B core (:func:`harness.session.rounds.run_rounds`)
+        until the midpoint's place is clear or the most rounds are in, judged at each look with the
+        error spent across the step's looks; None where a launch of the midpoint failed (the
+        failure named in the step's ``failed``). A launch of an end that fails, or a node too busy to
+        compare on, ends the bisect, its rounds kept."""
         points = {"good": low, "mid": mid, "bad": high}
-        first_step = (low, high) == (0, len(self.points) - 1)
-        target = self.settings.rounds
-        while True:
-            for order in bisection.round_orders(target - len(step["rounds"]), self.rng):
-                self._charge(len(points))  # a round cut in two would be launched again whole
-                figures, failure = {}, None
-                for point in order.split(","):
-                    run = self.launch(points[point], charge=False)
-                    if not run.ok:
-                        failure = f"{point} {run.status}: {(run.error or run.status).strip().splitlines()[0]}"
-                        break
-                    figures[point] = launch_figure(run)
-                if failure:
-                    step["failed"].append(failure)
-                    if failure.startswith("mid") and len(step["failed"]) >= 2 and \
-                            len(step["failed"]) > len(step["rounds"]):
-                        return None
-                    if len(step["failed"]) > 2 * max(1, len(step["rounds"])):
-                        raise BisectError(f"launches keep failing at the range's ends: {failure}")
-                else:
-                    step["rounds"].append(bisection.Round(order=order, **figures).to_json())
-                self._save()
-            rounds = [bisection.Round(**r) for r in step["rounds"]]
-            if not step["looks"] or step["looks"][-1] < len(rounds):
-                step["looks"].append(len(rounds))
-            placement = bisection.place(rounds, min_effect=self.settings.min_effect, looks=step["looks"],
-                                        most=self.settings.max_rounds, alpha=self.settings.alpha,
-                                        rule=self.settings.rule)
-            ends_clear = not first_step or placement.ends.kind == PairedKind.REGRESSED
-            if (placement.kind != bisection.UNCLEAR and ends_clear) or len(rounds) >= self.settings.max_rounds:
-                return placement
+        step["error"] = None  # what stopped an earlier start (an end's failure, a busy node) is in its records
+        rounds = StepRounds(step, first_step=(low, high) == (0, len(self.points) - 1))
+
+        def launch(point: str) -> CellRun:
+            return self.launch(points[point], charge=False)
+
+        def round_of(order: str, launched: LaunchedFn) -> dict[str, CellRun]:
+            self._charge(len(points))  # a round cut in two would be launched again whole
+            return back_to_back(launch, bisection.sequence)(order, launched)
+
+        def after_look() -> None:
+            placement = rounds.placement
+            if rounds.decided or len(rounds.kept) >= self.settings.max_rounds:
+                return
             unclear = placement.kind if placement.kind == bisection.UNCLEAR else \
                 f"{placement.kind}, but the regression itself (bad/good) is {placement.ends.kind} so far"
-            self.say(f"  {self.label(mid)}: {unclear} after {len(rounds)} rounds, more rounds")
-            target = min(2 * target, self.settings.max_rounds)
+            self.say(f"  {self.label(mid)}: {unclear} after {len(rounds.kept)} rounds, more rounds")
+
+        settings = self._pair_settings()
+        run_rounds(rounds, round_of, settings, self.rng, started=time.monotonic(), on_round=self._save,
+                   on_look=after_look)
+        if rounds.placement is None and not rounds.error:  # resumed with its last look judged before
+            rounds.judge(settings)
+        self._save()
+        if rounds.error and step["failed"]:
+            failure = step["failed"][-1]
+            if failure["side"] == "mid":
+                return None
+            raise BisectError(f"the range's {failure['side']} end {self.label(points[failure['side']])} cannot be "
+                              f"launched: {rounds.error}")
+        if rounds.error:
+            raise NodeTooBusy(f"{self.label(mid)}: {rounds.error}")
+        return rounds.placement
+
+    def _pair_settings(self, first: int | None = None) -> PairSettings:
+        """How the bisect's rounds and pairs are measured and judged by the A/B core: its own budget
+        holds (:meth:`_charge`), not a time per comparison."""
+        return PairSettings(first=first or self.settings.rounds, most=self.settings.max_rounds,
+                            min_effect=self.settings.min_effect, alpha=self.settings.alpha, rule=self.settings.rule,
+                            notable=self.settings.notable, budget_s=math.inf)
 
     def _finish(self, step: dict, low: int, mid: int, high: int, placement: bisection.Placement) -> None:
         if (low, high) == (0, len(self.points) - 1) and placement.ends.kind != PairedKind.REGRESSED:
@@ -459,7 +536,8 @@ class Bisect:
         self.state["pending"] += halves
         record = {"range": [self.keys[low], self.keys[high]], "mid": self.keys[mid], "placement": kind,
                   "placed_by": placed_by, "evidence": evidence, "rounds": step["rounds"],
-                  "looks": step["looks"], "failed": step["failed"], "skipped": step["skipped"]}
+                  "looks": step["looks"], "failed": step["failed"], "left_out": step["left_out"],
+                  "launch_log": step["launch_log"], "skipped": step["skipped"]}
         self.state["steps"].append(record)
         self.state["current"] = None
         self._save()
@@ -476,9 +554,7 @@ class Bisect:
         Its pairs are kept in the state after every pair, and a resumed bisect goes on from them."""
         parent = culprit - 1
         sides = {"reference": parent, "current": culprit}
-        pair_settings = PairSettings(first=self.settings.verify_pairs, most=self.settings.max_rounds,
-                                     min_effect=self.settings.min_effect, alpha=self.settings.alpha,
-                                     rule=self.settings.rule, budget_s=math.inf)  # the bisect's own budget holds
+        pair_settings = self._pair_settings(first=self.settings.verify_pairs)
         kept = self.state["verifying"]
         resumed = None
         if kept and kept["point"] == self.keys[culprit] and kept["parent"] == self.keys[parent]:
@@ -732,7 +808,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise BisectError(f"{cell.id} cannot run here: {reason}")
         ready = suite.prepare()
         settings = dataclasses.replace(settings, min_effect=settings.min_effect or ready.baselines.tunables.min_effect,
-                                       alpha=suite.pair_settings.alpha, rule=suite.pair_settings.rule)
+                                       alpha=suite.pair_settings.alpha, rule=suite.pair_settings.rule,
+                                       notable=suite.pair_settings.notable)
 
         def say(line: str) -> None:
             print(line, flush=True)
@@ -743,6 +820,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             bound = launch_settings(workload=ready.workload, launcher=ready.launcher.name,
                                     cores_per_rank=ready.cores_per_rank, device=args.device, system=ready.system,
                                     launch_environment=suite.launch_environment, packages=ready.packages,
+                                    harness_code=(ready.provenance.get("code") or {}).get("harness"),
                                     settings=budget)
             return Bisect(suite, cell, args.repo, points, budget, state, settings_bound=bound, seed=args.seed,
                           say=say).run()
@@ -754,7 +832,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BisectError, SuiteError, references.ReferenceError) as error:
         print(f"dlscale-bisect: {error}", file=sys.stderr)
         return 2
-    except (BudgetSpent, KeyboardInterrupt) as stop:
+    except (BudgetSpent, NodeTooBusy, KeyboardInterrupt) as stop:
         print(f"dlscale-bisect: {stop or 'interrupted'}; the state is in {state_path}: the same command goes on "
               f"from there", file=sys.stderr)
         return 3

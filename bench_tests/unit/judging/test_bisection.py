@@ -3,13 +3,15 @@ culprits), beyond one (a change each way), or unclear, at looks whose error is s
 orders; which midpoint is tried next; whether the changes found account for the range's."""
 import math
 import random
+import statistics
 from collections import Counter
 
 import pytest
 
 from harness.judging.bisection import (BETWEEN, BEYOND, LIKE_BAD, LIKE_GOOD, ORDERS, UNCLEAR, Round, account, lean,
                                        midpoint_candidates, pairs_of, place, place_by_counts, position, product,
-                                       round_orders, undoes)
+                                       ratio_of, round_orders, undoes)
+from harness.judging.paired import judge_pairs
 from harness.judging.sequential import look_levels
 from harness.judging.stats import Estimate
 
@@ -70,8 +72,9 @@ def test_two_rounds_never_decide():
 def test_a_steps_looks_spend_its_error_as_an_ab_does():
     """A midpoint 6.5% slower than the good end with an interval that clears 3% at one look of 8
     rounds: at the first of the looks at 8, 16 and 32 rounds the interval is wider (its level spends
-    only part of the error) and the place is not yet clear. The evidence says the level."""
-    mid = [0.88, 0.9, 0.92, 0.93, 0.94, 0.95, 0.975, 0.985]
+    only part of the error) and the place is not yet clear. The evidence says the level. (The
+    ratios come in no trend: a step in the midpoint's speed would hold its comparison.)"""
+    mid = [0.93, 0.88, 0.975, 0.92, 0.95, 0.9, 0.985, 0.94]
     measured = [Round(order=ORDERS[i % 6], good=100.0, mid=100 * ratio, bad=70.0) for i, ratio in enumerate(mid)]
     assert placed(measured).kind == BETWEEN
     first = placed(measured, looks=[8], most=32)
@@ -121,6 +124,11 @@ def test_every_order_comes_once_in_each_six_rounds():
     assert len(round_orders(4, random.Random(3))) == 4
 
 
+def test_rounds_that_make_up_for_left_out_ones_use_the_orders_used_least():
+    kept = list(ORDERS[:4])  # two orders short of a block: a round of each was left out
+    assert sorted(round_orders(2, random.Random(1), kept=kept)) == sorted(ORDERS[4:])
+
+
 def test_the_midpoint_nearest_the_middle_is_tried_first_then_its_neighbours():
     assert midpoint_candidates(0, 5) == [2, 3, 1, 4]
     assert midpoint_candidates(3, 6) == [4, 5]
@@ -140,6 +148,42 @@ def test_a_product_of_ratios_combines_their_log_half_widths_in_quadrature():
     assert product([]) == Estimate(value=1.0, low=1.0, high=1.0)
     unbounded = product([ratio(0.5, 0.03), Estimate(value=0.9, low=-math.inf, high=math.inf)])
     assert unbounded.too_few_samples and unbounded.value == pytest.approx(0.45)
+
+
+def test_a_product_combines_intervals_of_different_levels_at_one_level():
+    """Verifications stop at different looks, so their intervals have different levels: each is read
+    as standard errors at its own level (here 0.02 each in log terms), and the product's interval is
+    at the accounting's one level, 95%, and says so."""
+    z = statistics.NormalDist().inv_cdf
+    at_99 = Estimate(value=0.5, low=0.5 * math.exp(-z(0.995) * 0.02), high=0.5 * math.exp(z(0.995) * 0.02),
+                     confidence=0.99)
+    at_90 = Estimate(value=0.8, low=0.8 * math.exp(-z(0.95) * 0.02), high=0.8 * math.exp(z(0.95) * 0.02),
+                     confidence=0.90)
+    found = product([at_99, at_90])
+    assert found.confidence == 0.95
+    assert math.log(found.value / found.low) == pytest.approx(z(0.975) * math.sqrt(2) * 0.02)
+    alone = product([at_99])
+    assert alone.confidence == 0.95 and math.log(alone.high / alone.value) == pytest.approx(z(0.975) * 0.02)
+    assert account([at_90], at_99).range == alone  # the range's interval at the same level
+
+
+def test_a_verifications_kept_ratio_reads_back_at_its_looks_level():
+    kept = {"ratio": 0.9, "low": 0.85, "high": 0.95, "level": 0.018}
+    assert ratio_of(kept).confidence == pytest.approx(0.982)
+    assert ratio_of({"ratio": 0.9, "low": None, "high": 0.95}).too_few_samples
+
+
+def test_a_ratio_that_stepped_within_the_rounds_holds_the_comparison():
+    """The midpoint ran as the good end for six rounds, then 20% slower for ten: the pairs alone say
+    ``regressed``, but judged as an A/B's pairs are, the step in the ratio holds that comparison
+    ``inconclusive``, said in its flags."""
+    steady = rounds(mid=1.0, bad=0.7, jitter=NOISE)[:6]
+    slower = rounds(mid=0.8, bad=0.7, jitter=NOISE) + rounds(mid=0.8, bad=0.7, jitter=NOISE[::-1])[:2]
+    placement = placed(steady + slower)
+    alone = judge_pairs(pairs_of(steady + slower, "good", "mid"), min_effect=MIN_EFFECT, look=placement.look)
+    assert alone.kind == "regressed" and placement.against_good.kind == "inconclusive", placement.message
+    assert "regressed held inconclusive: the ratio stepped from 1.002 to 0.800 at pair 7" in \
+        " ".join(placement.against_good.flags)
 
 
 def test_the_changes_found_must_account_for_the_ranges_slowdown():

@@ -8,7 +8,7 @@ import pytest
 
 from harness.config.cells import config_hash, scaling_cell
 from harness.judging import fingerprint as fp_module
-from harness.judging.fingerprint import fingerprint, fingerprint_hash, stack_changes, stale_differences
+from harness.judging.fingerprint import fingerprint, fingerprint_hash, stack_changes, stale_differences, stale_words
 from harness.rank.cell import Cell
 from harness.rank.workload import Workload
 
@@ -189,3 +189,41 @@ def test_more_processes_than_cores_on_a_node_is_said_in_the_fingerprint():
     for record in records:
         record["local_world_size"] = 2
     assert "oversubscribed" not in fingerprint(records, workload, "ddp-synthetic-resnet50-g2")["hardware"]
+
+
+def with_tunables(ranks: list[dict], *values: str | None, where: str = "launch_facts") -> list[dict]:
+    """The ranks' records with the ``GLIBC_TUNABLES`` each saw: in its launch facts' variables (as
+    rank/launch_facts.py records it), or in its launch environment (a record without launch facts)."""
+    def seen(value):
+        return {"variables": {"GLIBC_TUNABLES": value} if value else {}} if where == "launch_facts" else {
+            "GLIBC_TUNABLES": value}
+    return [{**record, where: seen(value)} for record, value in zip(ranks, values)]
+
+
+def test_the_huge_pages_the_ranks_ran_with_are_a_stack_fact_read_from_their_records():
+    thp = "glibc.malloc.hugetlb=1"
+    cell = "ddp-synthetic-resnet50-g2"
+    assert fingerprint(with_tunables(records(), thp, thp), WORKLOAD, cell)["stack"]["huge_pages"] == "thp"
+    pool = with_tunables(records(), "glibc.malloc.hugetlb=2", "glibc.malloc.hugetlb=2", where="launch_environment")
+    assert fingerprint(pool, WORKLOAD, cell)["stack"]["huge_pages"] == "pool"
+    assert fingerprint(with_tunables(records(), None, thp), WORKLOAD, cell)["stack"]["huge_pages"] == "off / thp"
+    for off in (records(), with_tunables(records(), "glibc.malloc.hugetlb=0", "glibc.malloc.tcache_count=0")):
+        assert "huge_pages" not in fingerprint(off, WORKLOAD, cell)["stack"]  # none: as every fingerprint before
+
+
+def test_a_baseline_recorded_without_huge_pages_is_stale_against_a_run_with_them_and_names_them():
+    """A field the baseline lacks is ``off`` there, not a fact it predates: a baseline recorded before
+    dlscale set huge pages reads stale against a run with them, and is judged against one without."""
+    cell = "ddp-synthetic-resnet50-g2"
+    before = fingerprint(records(), WORKLOAD, cell)
+    thp = fingerprint(with_tunables(records(), "glibc.malloc.hugetlb=1", "glibc.malloc.hugetlb=1"), WORKLOAD, cell)
+    pool = fingerprint(with_tunables(records(), *["glibc.malloc.hugetlb=2"] * 2), WORKLOAD, cell)
+    assert stale_differences(before, thp) == ["stack.huge_pages: off -> thp"]
+    assert stale_differences(thp, before) == ["stack.huge_pages: thp -> off"]
+    assert stale_differences(thp, pool) == ["stack.huge_pages: thp -> pool"]
+    assert stack_changes(before, thp) == []  # another launch condition, not software to judge
+    assert stale_differences(before, fingerprint(records(), WORKLOAD, cell)) == []
+    assert stale_words(stale_differences(before, thp)) == "with other huge pages"
+    two_nodes = fingerprint(with_tunables(records(hosts=("a", "b")), *["glibc.malloc.hugetlb=1"] * 2), WORKLOAD, cell)
+    assert stale_words(stale_differences(before, two_nodes)) == "on other hardware and with other huge pages"
+    assert fingerprint_hash(before) != fingerprint_hash(thp)

@@ -80,6 +80,15 @@ def test_a_software_change_is_judged_and_named_not_stale():
     assert "software changed since the baseline: torch 2.14.1 -> 2.15.0" in judgement.verdicts[0].message
 
 
+def test_a_baseline_recorded_without_the_huge_pages_is_stale_naming_them_not_a_regression():
+    refs = {"throughput": BAND}
+    with_thp = judge_cell(evidence(80.0, stack={**STACK, "huge_pages": "thp"}), entry(), refs)
+    assert kinds(with_thp) == ["stale"] and with_thp.verdicts[0].message == (
+        "baseline measured with other huge pages (stack.huge_pages: off -> thp); re-record it on this machine with "
+        "--update-baselines")
+    assert kinds(judge_cell(evidence(80.0), entry(), refs)) == ["fail"]  # without them, as the baseline was
+
+
 def test_a_fail_while_other_work_took_the_cores_is_inconclusive_but_the_cells_own_wait_is_not():
     refs = {"throughput": BAND}
     contended = judge_cell(evidence(80.0, cpu_wait_share=0.30), entry(), refs, baseline_wait=0.02)

@@ -104,3 +104,10 @@ def test_the_ranks_settings_are_the_shells_that_steer_them_with_the_launch_table
     assert settings == {"ATEN_CPU_CAPABILITY": "avx2", "LD_PRELOAD": "/usr/lib/libtcmalloc.so", "NCCL_ALGO": "Tree",
                         "NCCL_IB_KEY": "***", "OMP_PROC_BIND": "close", "UCX_TLS": "rc"}
     assert list(settings) == sorted(settings)
+
+
+def test_the_ranks_settings_record_glibcs_tunables_the_huge_pages_among_them():
+    shell = {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0", "PATH": "/bin"}
+    assert environment.rank_settings(shell, {}) == {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
+    assert environment.rank_settings(shell, {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}) == {
+        "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}

@@ -31,6 +31,23 @@ def project(tmp_path):
     return SimpleNamespace(path=repo, first=first, second=commit("SECOND = 2\n"))
 
 
+def test_the_huge_pages_tunables_can_be_taken_away_or_changed_for_the_reference():
+    """The ``GLIBC_TUNABLES`` a session sets for its huge pages is no variable the harness reserves:
+    ``--launch-env`` takes it and ``--against env:GLIBC_TUNABLES`` A/Bs it."""
+    from harness.machine.allocation import launch_environment
+
+    thp = "glibc.malloc.hugetlb=1"
+    assert launch_environment([f"GLIBC_TUNABLES={thp}"], env={}) == {"GLIBC_TUNABLES": thp}
+    base = references.Environment(label="current", source=REPO, launch_environment={"GLIBC_TUNABLES": thp},
+                                  commit=None)
+    without = references.build(["env:GLIBC_TUNABLES"], base)
+    assert without.launch_environment == {} and without.unset == ("GLIBC_TUNABLES",)
+    assert references.difference(without, base)["launch_environment"] == {"GLIBC_TUNABLES": [None, thp]}
+    pool = references.build(["env:GLIBC_TUNABLES=glibc.malloc.hugetlb=2"], base)
+    assert references.describe_difference(references.difference(pool, base)) == (
+        "GLIBC_TUNABLES: glibc.malloc.hugetlb=2 -> glibc.malloc.hugetlb=1")
+
+
 def test_variables_set_and_unset_over_the_launch_environment():
     base = references.Environment(label="current", source=REPO, launch_environment={"A": "1", "B": "2"}, commit=None)
     reference = references.build(["env:A=3", "env:B", "env:C=x=y"], base)

@@ -41,3 +41,13 @@ def test_a_file_without_an_ab_is_a_clear_error(tmp_path, capsys):
     path.write_text(json.dumps({"cells": []}))
     assert launches.main([str(path)]) == 2
     assert "no completed A/B launch" in capsys.readouterr().err
+
+
+def test_each_launch_lists_its_huge_pages_transparent_and_from_the_pool():
+    found = launches.launches_of([_document([100, 80], [1, 1])])
+    found[0]["launch_facts"] = [{"anon_huge_kib": 63488, "hugetlb_kib": 1228800,
+                                 "variables": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=2"}}]
+    header, first = launches.launch_rows(found)[:2]
+    assert {"anon_huge_kib", "hugetlb_kib"} <= set(header)
+    assert first[header.index("anon_huge_kib")] == "6.349e+04" and first[header.index("hugetlb_kib")] == "1.229e+06"
+    assert first[-1] == "GLIBC_TUNABLES=glibc.malloc.hugetlb=2"

@@ -177,7 +177,7 @@ def test_the_summary_shows_the_stored_baselines_verdict_only_where_a_cell_has_on
 
 
 def test_where_a_launchs_time_went_is_read_from_rank_0s_marks():
-    from harness.session.paired import where_time_went
+    from harness.session.rounds import where_time_went
 
     run = launch_of(lambda side, n: 0.05)("current")
     assert where_time_went(run) is None  # a worker that marks nothing (an older commit's)

@@ -72,7 +72,7 @@ def test_a_state_file_of_another_bisect_is_refused_not_overwritten(repo, tmp_pat
         Bisect(None, cell, path, points, Settings(), state, settings_bound={})
     state.write_text(json.dumps({"cell": cell.id, "points": shas, "version": 1}))
     with pytest.raises(BisectError, match="written by another version of dlscale-bisect \\(state version 1, this "
-                                          "one's 4\\), without the settings it ran under: remove it"):
+                                          "one's 5\\), without the settings it ran under: remove it"):
         Bisect(None, cell, path, points, Settings(), state, settings_bound={})
     state.write_text("{not json")
     with pytest.raises(BisectError, match="cannot be read"):
@@ -210,7 +210,8 @@ def env_points(*values):
 def bound(**changes):
     settings = {"workload": Workload(image_size=32, batch_size=8, steps=5), "launcher": "mpirun",
                 "cores_per_rank": 1, "device": "auto", "system": "vm", "launch_environment": {"OMP_NUM_THREADS": "1"},
-                "packages": {"torch": "2.14.1", "numpy": "2.1.3"}, "settings": QUICK, **changes}
+                "packages": {"torch": "2.14.1", "numpy": "2.1.3"}, "harness_code": "5a51a6d05992df31",
+                "settings": QUICK, **changes}
     return launch_settings(**settings)
 
 
@@ -399,3 +400,73 @@ def test_by_instructions_is_refused_where_the_ends_count_alike():
         Bisect(InstructionNode(widened=9), CELL, Path("."), env_points(0, 1, 2),
                dataclasses.replace(QUICK, by="instructions"), Path(tempfile.mkdtemp()) / "state.json",
                settings_bound=bound()).run()
+
+
+class BusyNode(Node):
+    """The node above, where the launches named in ``busy`` (a point and which of its launches)
+    share their core with outside work, 40% of each step, and those in ``failing`` fail."""
+
+    def __init__(self, busy=(), failing=()):
+        super().__init__()
+        self.busy, self.failing = set(busy), set(failing)
+
+    def launch_in(self, cell, environment, place):
+        run = super().launch_in(cell, environment, place)
+        point = self.launched[-1]
+        which = (point, self.launched.count(point))
+        if which in self.failing:
+            return dataclasses.replace(run, status="failed", records=[], error="rank 0: RuntimeError: boom\ntraceback")
+        record, = run.records
+        record.update(outside_cpu=[(0.4 if which in self.busy else 0.0) * record["step_times"][0]] * 8, cores=[0])
+        return run
+
+
+LIKE_GOOD_RANGE = env_points(0, 2, 1)
+"""Good end 0.2 s a step, midpoint 0.2 s, bad end 0.5 s: the midpoint runs like the good end. The
+ends are launched once each for their counted work before the rounds."""
+
+
+def test_a_steps_round_with_outside_work_is_left_out_and_made_up_for(tmp_path):
+    """The A/B core measures a step's rounds: a round one of whose launches shared its core with
+    outside work is left out, named with each point's share, and made up for."""
+    done = Bisect(BusyNode(busy={("2", 2)}), CELL, tmp_path, LIKE_GOOD_RANGE, QUICK, tmp_path / "state.json",
+                  settings_bound=bound(), seed=6).run()
+    step, = done["steps"]
+    assert step["placement"] == "like-good" and len(step["rounds"]) == 6
+    left_out, = step["left_out"]
+    assert left_out["pair"] == 1 and "contended (more than" in left_out["why"]
+    assert left_out["outside_share"]["mid"] == pytest.approx(0.4, rel=0.05) and left_out["outside_share"]["good"] == 0
+    assert len(step["launch_log"]) == 3 * 7
+
+
+def test_a_midpoint_whose_launch_fails_is_skipped_on_that_failure(tmp_path):
+    """A failed launch is evidence: the midpoint's first failure ends its rounds, named with its
+    round, and the midpoint is skipped (as ``git bisect skip``); the next candidate is tried."""
+    said = []
+    done = Bisect(BusyNode(failing={("2", 2)}), CELL, tmp_path, env_points(0, 2, 3, 1), QUICK,
+                  tmp_path / "state.json", settings_bound=bound(), seed=6, say=said.append).run()
+    first = done["steps"][0]
+    skipped, = first["skipped"]
+    assert skipped["point"] == "X=2" and first["mid"] == "X=3"
+    assert re.fullmatch(r"its launch failed: the mid side's launch failed in round 2 \([a-z,]+\)[^:]*: rank 0: "
+                        r"RuntimeError: boom; failed launches: good 0, mid 1, bad 0", skipped["why"]), skipped["why"]
+    assert any(line.startswith("  skipped X=2: its launch failed") for line in said)
+
+
+def test_a_range_end_whose_launch_fails_ends_the_bisect_naming_it(tmp_path):
+    """An end's launch that fails (its second, in the rounds' first) ends the bisect with the
+    failure, its rounds kept in the state."""
+    with pytest.raises(BisectError, match=r"the range's bad end X=1 cannot be launched: the bad side's launch failed "
+                                          r"in round 1 \("):
+        Bisect(BusyNode(failing={("1", 2)}), CELL, tmp_path, LIKE_GOOD_RANGE, QUICK, tmp_path / "state.json",
+               settings_bound=bound(), seed=6).run()
+    kept = json.loads((tmp_path / "state.json").read_text())
+    assert kept["current"]["failed"][0]["side"] == "bad" and kept["current"]["error"]
+
+
+def test_a_state_is_refused_under_another_harness_code(tmp_path):
+    state = tmp_path / "state.json"
+    Bisect(Node(), CELL, tmp_path, env_points(0, 1), QUICK, state, settings_bound=bound())._save()
+    with pytest.raises(BisectError, match="harness code: 5a51a6d05992df31 -> 0123456789abcdef"):
+        Bisect(Node(), CELL, tmp_path, env_points(0, 1), QUICK, state,
+               settings_bound=bound(harness_code="0123456789abcdef"))
