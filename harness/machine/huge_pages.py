@@ -24,9 +24,12 @@ MODES = ("auto", "thp", "pool", "off")
 """``--huge-pages``: decided from the node, transparent huge pages, the reserved pool, none."""
 VALUES = {"thp": "1", "pool": "2"}
 """The tunable's value for each kind of huge pages."""
-POOL_PAGES_PER_RANK = 600
-"""2 MiB pages of the reserved pool a CPU rank's heap is counted to take (1.2 GiB): ``auto`` takes
-the pool only where this many are free for each rank a cell puts on the node."""
+POOL_PAGES_PER_RANK = 700
+"""2 MiB pages of the reserved pool a CPU rank's heap is counted to take (1.4 GiB): ``auto`` takes
+the pool only where this many are free for each rank a cell puts on the node. A ResNet-50 rank of
+the default workload took up to 684 (one rank) and 711 with its launcher for two ranks
+(docs/measurements.md, "Huge pages for CPU ranks"); where the pool runs out, glibc serves the rest
+in ordinary pages."""
 PAGE_KIB = 2048
 FIRST_GLIBC = (2, 35)
 """The first glibc that reads ``glibc.malloc.hugetlb``."""
