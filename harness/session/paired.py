@@ -30,7 +30,7 @@ from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
 from harness.session.results import to_json
-from harness.session.rounds import LaunchedFn, PairSettings, RoundFn, back_to_back, busy_words, run_rounds, too_busy
+from harness.session.rounds import LaunchedFn, PairSettings, RoundFn, back_to_back, busy_holds, new_look, run_rounds
 
 SIDES = ("reference", "current")
 LaunchFn = Callable[[str], CellRun]
@@ -109,13 +109,10 @@ class PairedResult:
         """The pairs judged at a new look (:func:`harness.judging.paired.judge`: the error the look
         spends, then what holds its verdict back), the node too busy among those reasons; True where
         the verdict is decided."""
-        if len(self.pairs) < 2:
+        if not new_look(self):
             return False
-        if not self.looks or self.looks[-1] < len(self.pairs):
-            self.looks.append(len(self.pairs))
         look = sequential_look(self.looks, settings.most, settings.alpha, settings.rule)
-        self.verdict = judge(self.pairs, min_effect=settings.min_effect, look=look,
-                             holds=[busy_words(self)] if too_busy(self) else [])
+        self.verdict = judge(self.pairs, min_effect=settings.min_effect, look=look, holds=busy_holds(self))
         return self.verdict.kind != PairedKind.INCONCLUSIVE
 
     @property

@@ -152,6 +152,22 @@ def run_rounds(comparison: Comparison, round_of: RoundFn, settings: PairSettings
             return
 
 
+def new_look(comparison: Comparison) -> bool:
+    """Adds a look at the rounds kept to the comparison's looks, where they are more than at its
+    last; False where fewer than two are kept, too few to judge."""
+    kept = len(comparison.kept)
+    if kept < 2:
+        return False
+    if not comparison.looks or comparison.looks[-1] < kept:
+        comparison.looks.append(kept)
+    return True
+
+
+def busy_holds(comparison: Comparison) -> list[str]:
+    """What holds a look's verdict for the node, beside its pairs: too busy to compare on."""
+    return [busy_words(comparison)] if too_busy(comparison) else []
+
+
 def too_busy(comparison: Comparison) -> bool:
     left_out = len(comparison.left_out)
     return left_out > 2 and left_out > LEFT_OUT_AT_MOST * (left_out + len(comparison.kept))

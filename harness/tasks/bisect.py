@@ -65,7 +65,7 @@ from harness.rank.instructions import missing_tools
 from harness.rank.numerics import Numerics
 from harness.rank.workload import Workload
 from harness.session.paired import PairedResult, PairsInterrupted, measure_pairs
-from harness.session.rounds import LaunchedFn, PairSettings, back_to_back, busy_words, run_rounds, too_busy
+from harness.session.rounds import LaunchedFn, PairSettings, back_to_back, busy_holds, new_look, run_rounds
 from harness.session.suite import Suite
 from harness.tasks.bisect_points import (BisectError, Point, commit_points, package_moves, package_points,
                                          package_sets_of, version_points)
@@ -140,14 +140,11 @@ class StepRounds:
         """The midpoint placed at a new look (:func:`harness.judging.bisection.place`, its three
         comparisons judged as an A/B's pairs are); decided where it is placed, and on the range's
         first step only where its ends differ with confidence."""
-        rounds = self.kept
-        if len(rounds) < 2:
+        if not new_look(self):
             return False
-        if not self.looks or self.looks[-1] < len(rounds):
-            self.looks.append(len(rounds))
-        self.placement = bisection.place(rounds, min_effect=settings.min_effect, looks=self.looks, most=settings.most,
-                                         alpha=settings.alpha, rule=settings.rule,
-                                         holds=[busy_words(self)] if too_busy(self) else [])
+        self.placement = bisection.place(self.kept, min_effect=settings.min_effect, looks=self.looks,
+                                         most=settings.most, alpha=settings.alpha, rule=settings.rule,
+                                         holds=busy_holds(self))
         ends_clear = not self.first_step or self.placement.ends.kind == PairedKind.REGRESSED
         self.decided = self.placement.kind != bisection.UNCLEAR and ends_clear
         return self.decided
