@@ -25,7 +25,8 @@ LAUNCHER_COMPONENTS = {"srun": "slurm", "mpirun": "mpirun", "torchrun": "torchru
 OTHER_COMPONENTS = {"dali": "NVIDIA DALI in torch's environment",
                     "local-slurm": "the local Slurm cluster ci/slurm/start.sh started (its drills stop its daemons)",
                     "two-hosts": "two network namespaces as hosts (root, iproute2)",
-                    "callgrind": "valgrind and a C compiler (--count-instructions)"}
+                    "callgrind": "valgrind and a C compiler (--count-instructions)",
+                    "chromium": "Debian's chromium and chromium-driver, and selenium, for the pages' browser tests"}
 
 
 def known_components() -> set[str]:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up shared by the README commands and .ci/run:
-#   Debian packages (Open MPI, Slurm, munge, valgrind and gcc for --count-instructions), the virtual environment with pinned torch,
+#   Debian packages (Open MPI, Slurm, munge, valgrind and gcc for --count-instructions, chromium for the pages' tests), the virtual environment with pinned torch,
 #   the harness itself with DeepSpeed, Horovod (built once, wheel cached) and DALI, the
 #   generated JPEG dataset in ImageFolder and TFRecord form, and a local one-node Slurm
 #   cluster when no cluster answers. A second run only checks that each step is done.
@@ -13,6 +13,7 @@ cache="${DLSCALE_CACHE:-$HOME/.cache/dlscale}"
 log() { printf '[setup %4d s] %s\n' "$SECONDS" "$*" >&2; }
 
 debian_packages=(openmpi-bin libopenmpi-dev slurm-wlm munge iproute2 procps valgrind gcc)
+debian_packages+=(chromium chromium-driver)  # what the pages' browser tests open (bench_tests/unit/report/test_site_browser.py)
 missing=()
 for pkg in "${debian_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

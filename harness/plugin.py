@@ -29,6 +29,7 @@ from harness.report.framework_comparison import PUBLISHED_NOTES, REFERENCE_FRAME
 from harness.report.html import COLLECTIVES_FILE, junit_properties, write_report
 from harness.report.tables import accuracy_rows, format_table, paired_rows, summary_rows
 from harness.session.cli import OPTIONS, REPEATABLE, SWITCH
+from harness.session.deadline import CUT_FOR_TIME_EXIT_STATUS, Deadline, measured_durations, session_deadline
 from harness.session.instructions import instruction_lines
 from harness.session.paired import PairedResult
 from harness.session.results import CellResult
@@ -42,6 +43,8 @@ TERMINAL_FD_KEY = pytest.StashKey[int]()
 INTERRUPT_TOLD_KEY = pytest.StashKey[bool]()
 AB_CELLS_KEY = pytest.StashKey[int]()
 """How many cells the session's A/Bs compare: the false-discovery control's count."""
+DEADLINE_KEY = pytest.StashKey[Deadline]()
+"""Where the session has a deadline (harness.session.deadline): it, with its cells' past durations."""
 AT_THE_END_KEY = pytest.StashKey[PairedResult]()
 """On an A/B cell's test whose outcome the false-discovery control at the session's end decides: its A/B."""
 
@@ -159,6 +162,46 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         except OSError as error:
             raise pytest.UsageError(f"--results-dir {session_dir.parent}: cannot write the session's directory "
                                     f"there ({error.strerror}: {error.filename})") from None
+        _keep_deadline(session, suite)
+
+
+def _keep_deadline(session: pytest.Session, suite: Suite) -> None:
+    """The session's deadline, with its cells' past durations, where it has one and measures cells
+    against their baselines (an A/B's pairs take their own time, bounded by --pairs-budget)."""
+    options, system = suite.options, suite.prepared.system
+    if options.against:
+        return
+    try:
+        deadline = session_deadline(options.deadline, options.deadline_reserve, os.environ, time.time(),
+                                    history=options.history_dir and options.history_dir / f"{system}.jsonl",
+                                    results_json=options.results_json, system=system,
+                                    cell_ids=[cell.id for cell in map(_cell_of, session.items) if cell])
+    except ValueError as error:
+        raise pytest.UsageError(f"--deadline: {error}") from None
+    if deadline is None:
+        return
+    session.config.stash[DEADLINE_KEY] = deadline
+    if reporter := session.config.pluginmanager.get_plugin("terminalreporter"):
+        reporter.write_line(deadline.words(time.time()))
+
+
+def _cell_of(item: pytest.Item):
+    """The cell of the matrix a test measures, or None."""
+    params = item.callspec.params if hasattr(item, "callspec") else {}
+    return params.get(CELL_FIXTURE) or params.get(ACCURACY_CELL_FIXTURE)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A cell that cannot finish before the session's deadline is not started: skipped, and named
+    in the results file (harness.session.deadline)."""
+    deadline, cell = item.config.stash.get(DEADLINE_KEY, None), _cell_of(item)
+    if deadline is None or cell is None:
+        return
+    suite = item.config.stash[SUITE_KEY]
+    reason = deadline.reason_to_leave(cell.id, measured_durations(suite.results, suite.accuracy_results), time.time())
+    if reason:
+        suite.leave_unmeasured_for_time(cell.id)
+        pytest.skip(reason)
 
 
 class _Progress:
@@ -334,6 +377,9 @@ def _report_baseline_changes(terminalreporter, suite: Suite) -> None:
     for path in suite.package_sets_written:
         terminalreporter.write_line(f"  {path}: a package set the baselines name, written beside them: commit it "
                                     "with them")
+    if suite.history.accepted:
+        terminalreporter.write_line(f"accepted in {suite.history.path}: the levels of the {len(suite.history.accepted)} "
+                                    "re-recorded cell(s); later nights are compared with them")
     if suite.baselines_kept:
         terminalreporter.write_line(f"not recorded, old baseline kept ({len(suite.baselines_kept)} cell(s)):")
         for reason in suite.baselines_kept:
@@ -359,6 +405,8 @@ def pytest_sessionfinish(session: pytest.Session):
                 session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
         if _tell_held(session.config):
             session.exitstatus = session.exitstatus or pytest.ExitCode.TESTS_FAILED
+        if suite is not None and suite.unmeasured_for_time and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = CUT_FOR_TIME_EXIT_STATUS
         return (yield)
     finally:
         _exit_interrupted(session)
@@ -428,6 +476,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             causes=[result.confirmation["cause"] for result in suite.results if result.confirmation]))
     if suite.paired_results:
         terminalreporter.write_line(decided_line([result.verdict_kind for result in suite.paired_results]))
+    if suite.unmeasured_for_time:
+        terminalreporter.write_line(config.stash[DEADLINE_KEY].cut_line(suite.unmeasured_for_time), yellow=True)
     if INTERRUPTS.interrupted:
         terminalreporter.write_line(_interrupt_line(suite, skipped), yellow=True)
         config.stash[INTERRUPT_TOLD_KEY] = True

@@ -55,7 +55,7 @@ def record(project: Path, cache: Path) -> dict:
                           timeout=1800)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     commit(project, "the node's baseline")
-    entry = json.loads((project / "baselines" / f"{SYSTEM}.json").read_text())["cells"][CELL]
+    entry, = json.loads((project / "baselines" / f"{SYSTEM}.json").read_text())["cells"][CELL]
     print(f"baseline: {entry['throughput']['value']:.1f} img/s, band {entry['throughput']}; commit "
           f"{entry['provenance']['git_commit'][:10]}, package set {entry['provenance']['environment']}", flush=True)
     return entry

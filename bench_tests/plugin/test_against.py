@@ -101,7 +101,7 @@ def test_a_cell_failing_its_baseline_in_the_baselines_own_environment_is_a_syste
     assert recorded.returncode == 0, (recorded.stdout + recorded.stderr)[-3000:]
     path = project / "baselines" / "absys.json"
     baselines = json.loads(path.read_text())
-    entry = baselines["cells"][CELL]
+    entry, = baselines["cells"][CELL]
     provenance = entry["provenance"]
     package_set = project / "baselines" / "environments" / f"{provenance['environment']}.json"
     packages = json.loads(package_set.read_text())["packages"]

@@ -74,8 +74,8 @@ def test_an_installed_dlscale_judges_cells_against_the_projects_baselines(instal
 
     # A five-step cell is noisy: the band is widened by hand (as a user may), so that the judge's
     # verdict is known, and the yardstick left out (on a busy machine it has measured 1.2x apart)
-    baseline["cells"][CELL]["throughput"].update(lower=-0.9, upper=None)
-    baseline["cells"][CELL].pop("efficiency", None)
+    baseline["cells"][CELL][0]["throughput"].update(lower=-0.9, upper=None)
+    baseline["cells"][CELL][0].pop("efficiency", None)
     (project / "baselines" / "installsys.json").write_text(json.dumps(baseline))
     second = run(installed, project, "--no-yardstick")
     assert second.returncode == 0, second.stdout + second.stderr

@@ -22,11 +22,14 @@ def suite(pytester):
     shutil.copy(SCALING_TEST, pytester.path / "test_scaling.py")
     baselines = pytester.path / "baselines"
 
-    def run(*args, launcher="torchrun"):
+    def run(*args, launcher="torchrun", history=False):
+        keep = ["--history-dir", str(run.history.parent)] if history else ["--no-history"]
         return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "scaling",
                                              "--system", "testsys", "--baselines-dir", str(baselines),
-                                             "--launcher", launcher, "--frameworks", "ddp", "--no-history",
+                                             "--launcher", launcher, "--frameworks", "ddp", *keep,
                                              *TINY_FLAGS, *args)
+
+    run.history = pytester.path / "history" / "testsys.jsonl"
 
     run.baseline_file = baselines / "testsys.json"
     return run
@@ -34,16 +37,26 @@ def suite(pytester):
 
 def test_record_then_pass_against_the_new_baselines(suite, pytester):
     first = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines", "--results-json", "r.json",
-                  "--launch-env", "DLSCALE_SITE_CHECK=ib0")
+                  "--launch-env", "DLSCALE_SITE_CHECK=ib0", history=True)
     first.assert_outcomes(passed=2)
     first.stdout.fnmatch_lines(["*dlscale summary*", f"*{G1}*torchrun*1.000*no-baseline*",
                                 f"*{G2}*torchrun*no-baseline*",
-                                "*updated*testsys.json (3 change(s))*"])
+                                "*updated*testsys.json (3 change(s))*",
+                                "*accepted in *testsys.jsonl: the levels of the 2 re-recorded cell(s)*"])
+    nights = [json.loads(line) for line in suite.history.read_text().splitlines()]
+    assert [(line["kind"], line["cell"]) for line in nights] == [("night", G1), ("night", G2), ("accepted", G1),
+                                                                 ("accepted", G2)]
+    for line in nights[:2]:  # each night with what a change of level is read by, and where it came from
+        assert line["baseline"] is None and line["work"]["flops"] > 0 and len(line["work"]["digest"]) == 16
+        assert len(line["package_set"]) == 16 and line["machine"].endswith("GiB") and line["duration_s"] > 0
+        assert line["session_dir"] == str(pytester.path) and line["report"] is None
+    assert nights[2]["baseline"]["throughput"]["low"] < nights[2]["baseline"]["throughput"]["value"]
+    assert nights[2]["how"] == "re-recorded" and "(its verdict: no-baseline)" in nights[2]["reason"]
     saved = json.loads(suite.baseline_file.read_text())
     assert set(saved["cells"]) == {G1, G2}
-    assert saved["cells"][G2]["provenance"]["launcher"] == "torchrun"
-    assert all(entry["yardstick"]["seconds"] > 0 for entry in saved["cells"].values())  # CPU cells carry one
-    assert all(0 <= entry["cpu_wait_share"] < 1 for entry in saved["cells"].values())
+    assert saved["cells"][G2][0]["provenance"]["launcher"] == "torchrun"
+    assert all(entry["yardstick"]["seconds"] > 0 for entry, in saved["cells"].values())  # CPU cells carry one
+    assert all(0 <= entry["cpu_wait_share"] < 1 for entry, in saved["cells"].values())
     results = json.loads((pytester.path / "r.json").read_text())
     assert [len(cell["records"]) for cell in results["cells"]] == [1, 2]
     huge_pages = results["huge_pages"]["glibc_tunables"]  # the node's, as --huge-pages auto chose them
@@ -57,14 +70,17 @@ def test_record_then_pass_against_the_new_baselines(suite, pytester):
     # A hand-widened band (this machine is shared, so timings swing) must survive the next update.
     # Judged as measured: a busy CI machine has run the yardstick 1.2x and more apart a minute later,
     # and whether it is consulted is test_another_machine_and_a_software_upgrade's question.
-    for entry in saved["cells"].values():
+    for entry, in saved["cells"].values():
         entry["throughput"].update(lower=-0.9, upper=None)
         entry.pop("efficiency", None)
     suite.baseline_file.write_text(json.dumps(saved))
-    second = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines", "--no-yardstick")
+    second = suite("--loaders", "synthetic", "--gpus", "1,2", "--update-baselines", "--no-yardstick", history=True)
     second.assert_outcomes(passed=2)
     second.stdout.fnmatch_lines([f"*{G1}*pass*", f"*{G2}*pass*", "2 pass"])
-    again = json.loads(suite.baseline_file.read_text())["cells"][G2]["throughput"]
+    judged_by = [json.loads(line) for line in suite.history.read_text().splitlines()][4]["baseline"]["throughput"]
+    value = saved["cells"][G1][0]["throughput"]["value"]
+    assert judged_by == {"value": value, "low": pytest.approx(value * 0.1), "high": None, "defaulted": False}
+    again = json.loads(suite.baseline_file.read_text())["cells"][G2][0]["throughput"]
     assert (again["lower"], again["upper"]) == (-0.9, None)
 
 
@@ -81,11 +97,12 @@ def test_an_accuracy_cell_reaches_the_results_file_the_history_and_the_baselines
     assert cell["cell"] == "accuracy-ddp-step-b32-g1" and cell["status"] == "ok" and cell["verdict"] == "no-baseline"
     assert 0.5 < cell["final_val_accuracy"] <= 1
     assert len(cell["outcome"]["val_accuracy_per_epoch"]) == cell["outcome"]["epochs"]
-    baseline = json.loads((pytester.path / "baselines" / "testsys.json").read_text())["cells"][cell["cell"]]
+    baseline, = json.loads((pytester.path / "baselines" / "testsys.json").read_text())["cells"][cell["cell"]]
     assert baseline["accuracy"]["value"] == pytest.approx(cell["final_val_accuracy"], abs=1e-4)
-    row, = [json.loads(line) for line in (pytester.path / "history" / "testsys.jsonl").read_text().splitlines()]
+    row, accepted = [json.loads(line) for line in (pytester.path / "history" / "testsys.jsonl").read_text().splitlines()]
     assert (row["cell"], row["verdict"], row["final_val_accuracy"]) == (cell["cell"], "no-baseline",
                                                                        cell["final_val_accuracy"])
+    assert (accepted["kind"], accepted["how"], accepted["cell"]) == ("accepted", "re-recorded", cell["cell"])
 
 
 def test_an_imprecise_cell_is_launched_again_and_its_launches_pooled(suite, pytester):
@@ -136,7 +153,7 @@ def test_a_throughput_far_below_the_baseline_fails_the_cell_and_is_recorded_only
     accepted = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines", "--accept-regressions", launcher="srun")
     accepted.assert_outcomes(passed=1)
     accepted.stdout.fnmatch_lines([f"*{G1}*fail*"])  # the verdict still says so
-    assert json.loads(suite.baseline_file.read_text())["cells"][G1]["throughput"]["value"] < 1e6
+    assert json.loads(suite.baseline_file.read_text())["cells"][G1][0]["throughput"]["value"] < 1e6
 
 
 def test_another_machine_and_a_software_upgrade(suite, pytester):
@@ -149,7 +166,7 @@ def test_another_machine_and_a_software_upgrade(suite, pytester):
     recorded = suite("--loaders", "synthetic", "--gpus", "1", "--update-baselines", launcher="mpirun")
     recorded.assert_outcomes(passed=1)
     saved = json.loads(suite.baseline_file.read_text())
-    entry = saved["cells"][G1]
+    entry, = saved["cells"][G1]
     entry["throughput"].update(lower=-0.9, upper=None)
     entry["yardstick"]["seconds"] *= 3
     suite.baseline_file.write_text(json.dumps(saved))

@@ -119,8 +119,8 @@ def test_cell(dlscale_cell, dlscale, monkeypatch):
         return result, None
 
     monkeypatch.setattr(suite, "measure", measure)
-    monkeypatch.setattr(suite.prepared.baselines, "reference", lambda cell_id, metric: BAND)
-    monkeypatch.setattr(suite.prepared.baselines, "entry", lambda cell_id: {})
+    monkeypatch.setattr(suite.prepared.baselines, "reference", lambda cell_id, metric, hardware=None: BAND)
+    monkeypatch.setattr(suite.prepared.baselines, "entry", lambda cell_id, hardware=None: {})
     monkeypatch.setattr(suite, "_baseline_environment",
                         lambda result: (EXACT, suite.prepared.current_environment))
     monkeypatch.setattr(suite, "_launcher_of", lambda reference: suite.prepared.launcher)

@@ -20,7 +20,7 @@ SYSTEM_CHANGES = ("fail", "pass")
 SPENDING_RULES = ("pocock", "obrien-fleming")
 """How an A/B's looks may spend its error (the functions: harness.judging.sequential)."""
 AT_LEAST = {"image_size": 1, "batch_size": 1, "steps": 1, "warmup_steps": 0, "num_workers": 0, "repeat": 1,
-            "measure_budget": 0, "cores_per_rank": 1, "ps_servers": 1, "pairs": 6, "max_pairs": 6}
+            "measure_budget": 0, "deadline_reserve": 0, "cores_per_rank": 1, "ps_servers": 1, "pairs": 6, "max_pairs": 6}
 """``pairs``: the fewest with a 95% signed-rank interval (harness.judging.paired.MIN_PAIRS)."""
 ABOVE_ZERO = ("precision", "widest_baseline", "cell_timeout", "hang_timeout", "min_effect", "pairs_budget")
 
@@ -114,6 +114,12 @@ class SuiteOptions:
     huge_pages: str = "auto"
     """Huge pages for the ranks' heaps through glibc's tunable (harness.machine.huge_pages.MODES):
     ``auto`` gives CPU ranks the node's reserved pool where it has room, else transparent huge pages."""
+    deadline: str | None = None
+    """When the session must be over (harness.machine.time_left.session_end): ``@EPOCH``, a duration
+    from now, ``auto`` (the Slurm job's end) or ``none``; None: ``$DLSCALE_DEADLINE``, else ``auto``."""
+    deadline_reserve: float = 120.0
+    """Seconds before the deadline kept for the session's end (summary, report, the nightly's history
+    check): no cell is started that would run into them (harness.session.deadline)."""
     fault: dict | None = None
     """A fault every launch injects on purpose (:mod:`harness.rank.faults`): the self-test's regressions.
     No command-line option sets it."""

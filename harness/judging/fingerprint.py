@@ -9,8 +9,8 @@ what a regression suite exists to judge: the figure is judged against the old ba
 :func:`stack_changes` names the upgrade in the verdict. Host names and dates are kept for the
 reader but never make a baseline stale: the same hardware under another name measures the same.
 A hardware fact that a baseline predates (recorded before dlscale read it) is unknown there, not a
-difference. One stack fact makes a baseline stale too: the huge pages the ranks' heaps were in
-(``huge_pages``: ``thp`` or ``pool``, absent for none; :mod:`harness.machine.huge_pages`), a condition
+difference. One stack fact makes a baseline stale too: the huge pages the ranks' heaps were in, as they
+measured them (``huge_pages``: ``thp`` or ``pool``, absent for none; :func:`huge_pages_of`), a condition
 the session launches its ranks in rather than an upgrade to judge. A baseline recorded before
 dlscale set them has none, and reads stale against a run with them.
 
@@ -121,9 +121,19 @@ def fingerprint(records: list[dict], workload: Mapping[str, Any], cell_id: str, 
 
 
 def huge_pages_of(record: Mapping) -> str:
-    """The huge pages a rank's heap was in, from the ``GLIBC_TUNABLES`` it saw (its launch facts'
-    variables, else its launch environment's): ``thp``, ``pool`` or :data:`OFF`."""
-    seen = {**(record.get("launch_environment") or {}), **((record.get("launch_facts") or {}).get("variables") or {})}
+    """The huge pages a rank's heap was in, as the rank measured them at its window's end
+    (:mod:`harness.rank.launch_facts`): ``pool`` where memory of the reserved pool was mapped,
+    ``thp`` where transparent huge pages back its memory or the kernel gives them to every mapping
+    (``always``), else :data:`OFF`. A record without those facts is read by the ``GLIBC_TUNABLES``
+    it was launched with (its launch facts' variables, else its launch environment's)."""
+    facts = record.get("launch_facts") or {}
+    if facts.get("hugetlb_kib") is not None or facts.get("anon_huge_kib") is not None:
+        if (facts.get("hugetlb_kib") or 0) > 0:
+            return "pool"
+        if facts.get("thp") == "always" or (facts.get("anon_huge_kib") or 0) > 0:
+            return "thp"
+        return OFF
+    seen = {**(record.get("launch_environment") or {}), **(facts.get("variables") or {})}
     return mode_of(seen.get(TUNABLES_VARIABLE)) or OFF
 
 

@@ -9,9 +9,9 @@ Every function here is pure and, given ``seed``, deterministic. A cell is judged
    can derive from repeated runs;
 5. ``change_points`` over a cell's nightly history.
 
-``scipy`` (distributions), ``arch`` (block bootstrap) and ``ruptures`` (change points) are imported
-inside the functions that need them, so importing this module (as the pytest plugin does in every
-session of the environment) costs only numpy.
+``scipy`` (distributions) and ``arch`` (block bootstrap) are imported inside the functions that
+need them, so importing this module (as the pytest plugin does in every session of the
+environment) costs only numpy.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from harness.common.jsonio import finite_number, finite_or_none
+from harness.judging import pelt
 from harness.judging.kinds import VerdictKind
 
 MIN_STEPS = 5
@@ -339,9 +340,10 @@ def tolerance_from_repeats(
 def change_points(values: Sequence[float], min_size: int = 3, penalty: float | None = None) -> list[int]:
     """Indices where a cell's nightly history shifts and stays shifted.
 
-    Each index is the first night of a new level. Uses ``ruptures.Pelt`` with the ``l1`` cost
-    (sum of absolute deviations from each segment's median), so that a lone outlier cannot pay for
-    a segment of its own: the median of any ``min_size >= 3`` nights ignores one spike.
+    Each index is the first night of a new level. PELT with the ``l1`` cost (sum of absolute
+    deviations from each segment's median; :mod:`harness.judging.pelt`, as ``ruptures.Pelt`` finds
+    them), so that a lone outlier cannot pay for a segment of its own: the median of any
+    ``min_size >= 3`` nights ignores one spike.
 
     Without ``penalty`` it is ``2 * sigma * log(n)`` per change point, where the noise ``sigma``
     is ``1.4826 * MAD`` of the first differences over ``sqrt(2)``, robust both to spikes and to the
@@ -359,9 +361,7 @@ def change_points(values: Sequence[float], min_size: int = 3, penalty: float | N
         # Identical nights give sigma 0; keep the penalty from vanishing with it.
         sigma = max(sigma, 1e-3 * abs(float(np.median(x))), 1e-12)
         penalty = 2.0 * sigma * math.log(x.size)
-    rpt = _import("ruptures", "ruptures")
-    breakpoints = rpt.Pelt(model="l1", min_size=min_size, jump=1).fit(x).predict(pen=penalty)
-    return [int(b) for b in breakpoints[:-1]]  # the last breakpoint is always len(x)
+    return pelt.change_points(x.tolist(), min_size=min_size, penalty=penalty)
 
 
 # --- helpers -------------------------------------------------------------------------------------

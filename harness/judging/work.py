@@ -113,6 +113,16 @@ def work_digest(work: Mapping | None) -> str | None:
     return hashlib.sha256(json.dumps(counted, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def work_headline(work: Mapping | None) -> dict | None:
+    """What a history line keeps of a cell's counted work: its digest (:func:`work_digest`), the
+    step's FLOPs and the bytes its collectives moved (null where not counted)."""
+    if not work:
+        return None
+    collectives = work.get("collectives")
+    return {"digest": work_digest(work), "flops": (work.get("flops") or {}).get("total"),
+            "collective_bytes": sum(kind["bytes"] for kind in collectives.values()) if collectives is not None else None}
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Moved:
     """One part of the work that moved between two launches."""

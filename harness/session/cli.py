@@ -23,6 +23,7 @@ from harness.machine.references import FORMS
 from harness.rank.frameworks import FRAMEWORKS, has_servers
 from harness.rank.loaders import LOADERS
 from harness.rank.models import MODELS
+from harness.session.deadline import CUT_FOR_TIME_EXIT_STATUS
 
 SWITCH, REPEATABLE = "switch", "repeatable"
 
@@ -126,7 +127,8 @@ OPTIONS = (
            "python -m harness.report.history <dir>/<system>.jsonl reports change points", Path),
     Option("--no-history", "no_history", "do not append this session's cells to the history store", SWITCH),
     Option("--update-baselines", "update_baselines", "record the completed cells' figures as the system's new "
-           "baselines; a cell judged fail keeps its old baseline and fails, and says so", SWITCH),
+           "baselines, this machine type's entries (other types' are kept), and accept each recorded cell's level in "
+           "the history; a cell judged fail keeps its old baseline and fails, and says so", SWITCH),
     Option("--accept-regressions", "accept_regressions", "a slowdown you accept: a cell judged fail passes, and "
            "with --update-baselines is recorded", SWITCH),
     Option("--precision", "precision", "target relative half-width of each cell's 95% throughput interval; a cell "
@@ -155,6 +157,13 @@ OPTIONS = (
     Option("--cell-timeout", "cell_timeout", "seconds a cell may take in all", float),
     Option("--hang-timeout", "hang_timeout", "seconds without progress from any rank before a cell counts as hung",
            float),
+    Option("--deadline", "deadline", "when the session must be over: @EPOCH (Unix seconds), a duration from now "
+           "(seconds, MM:SS, H:MM:SS, D-HH:MM:SS), auto (inside a Slurm job its end, by squeue's time left) or none; "
+           "a cell is started only where its last duration (history's, else an earlier results file's; unknown: the "
+           "median of the known) fits before it, the others are skipped as left unmeasured for time and the session "
+           f"exits {CUT_FOR_TIME_EXIT_STATUS} unless a cell failed (default: $DLSCALE_DEADLINE, else auto)", str, "WHEN"),
+    Option("--deadline-reserve", "deadline_reserve", "seconds before the deadline kept for the session's end "
+           "(summary, report, the nightly's history check); keep it above a batch system's signal lead", float),
     Option("--against", "against", "measure each cell as pairs of launches against a reference environment in "
            f"this session and judge their ratio; REF: {FORMS} (the parts of one reference)", REPEATABLE, "REF"),
     Option("--pairs", "pairs", "with --against: pairs of launches in a cell's first round, doubled while the "

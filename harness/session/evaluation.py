@@ -16,6 +16,7 @@ from harness.judging.yardstick import from_records
 from harness.rank.cell import Cell
 from harness.rank.contention import outside_share, outside_stall, wait_share
 from harness.rank.frameworks import training_ranks
+from harness.session.history_keeping import band_of
 from harness.session.results import CellResult
 from harness.store.baselines import BaselineFile
 
@@ -25,7 +26,9 @@ def evaluate(result: CellResult, *, config: Mapping, baselines: BaselineFile, re
     """Fill in ``result``'s figures and verdicts from all its launches so far. ``config``: the
     workload; ``reference_cell``: the cell its E_G is relative to, taken from ``earlier`` results
     of the session or else from its baseline."""
-    entry = baselines.entry(result.cell.id)
+    result.fingerprint = fingerprint(result.run.records, dict(config), result.cell.id, config_hash=result.config_hash)
+    hardware = result.fingerprint["hardware"]
+    entry = baselines.entry(result.cell.id, hardware)
     baseline_wait = _baseline_wait(entry)
     trimmed = [trim_warmup(run.records) for run in result.runs]
     result.warmup_dropped = [dropped for _, dropped in trimmed]
@@ -33,7 +36,6 @@ def evaluate(result: CellResult, *, config: Mapping, baselines: BaselineFile, re
     result.records, result.contended_runs = pool_uncontended([records for records, _ in trimmed], baseline_wait,
                                                              notable=tunables.notable_wait)
     result.metrics = summarize(result.records)
-    result.fingerprint = fingerprint(result.records, dict(config), result.cell.id, config_hash=result.config_hash)
     result.breakdown = cell_breakdown(result.records) if has_breakdown(result.records) else None
     result.servers = server_summary([record for run in result.runs for record in run.server_records])
     result.yardstick = from_records(result.records)
@@ -51,7 +53,9 @@ def evaluate(result: CellResult, *, config: Mapping, baselines: BaselineFile, re
                         outside_share=result.outside_share, outside_stall=outside_stall(result.records),
                         breakdown=result.breakdown,
                         launches=max(1, len(result.runs) - result.contended_runs))
-    references = {metric: baselines.reference(result.cell.id, metric) for metric in ("throughput", "efficiency")}
+    references = {metric: baselines.reference(result.cell.id, metric, hardware) for metric in ("throughput", "efficiency")}
+    result.baseline_throughput = references["throughput"].value if references["throughput"] else None
+    result.baseline_bands = {metric: band_of(reference) for metric, reference in references.items() if reference} or None
     judgement = judge_cell(evidence, entry, references, use_yardstick=use_yardstick,
                            baseline_path=str(baselines.path), baseline_wait=baseline_wait, tunables=tunables)
     result.verdicts = judgement.verdicts
@@ -70,7 +74,7 @@ def efficiency(result: CellResult, reference: Cell, earlier: Sequence[CellResult
         if measured.cell == reference and measured.metrics:
             ref_steps, ref_batches = step_samples(measured.records)
             return efficiency_interval(steps, batches, ref_steps, ref_batches), "measured"
-    baseline = baselines.reference(reference.id, "throughput")
+    baseline = baselines.reference(reference.id, "throughput", result.fingerprint["hardware"])
     if baseline:
         exact = Estimate(value=baseline.value, low=baseline.value, high=baseline.value)
         servers = int(config.get("ps_servers", 1))

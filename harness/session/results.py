@@ -11,8 +11,10 @@ from harness.judging.stats import Estimate
 from harness.judging.verdicts import Verdict, overall
 from harness.judging.yardstick import Yardstick
 from harness.judging.fingerprint import fingerprint_hash
+from harness.judging.work import work_headline
 from harness.launch.runner import CellRun
 from harness.rank.cell import Cell
+from harness.store.baselines import machine_label, machine_of
 from harness.store.history import make_row
 
 
@@ -51,6 +53,9 @@ class CellResult:
     """Software that changed since the baseline was recorded (``"torch 2.13.1 -> 2.14.1"``)."""
     baseline_throughput: float | None = None
     """The stored baseline's throughput the cell was judged against, where it has one."""
+    baseline_bands: dict | None = None
+    """The bands the cell was judged by, by metric (:func:`harness.session.nights.band_of`), where its
+    baseline has them."""
     work: dict | None = None
     """The work a step of the cell did, counted after its launches' windows
     (harness.judging.work.launches_work); None where no launch counted."""
@@ -96,14 +101,21 @@ class CellResult:
             "records": self.records or self.run.records,
         }
 
-    def history_row(self, *, run_id: str, git_commit: str | None) -> dict:
-        """The cell's line in the nightly history (:mod:`harness.store.history`)."""
+    def history_row(self, *, run_id: str, git_commit: str | None, **night: object) -> dict:
+        """The cell's line in the nightly history (:mod:`harness.store.history`): its figures with
+        the band it was judged by, its counted work, the machine and the time it took; ``night``:
+        what every line of the session shares (:class:`harness.session.nights.Night`) and the
+        package set its ranks ran in."""
+        hardware = (self.fingerprint or {}).get("hardware")
         return make_row(self.cell.id, run_id=run_id, verdict=self.verdict, throughput=self.throughput,
                         efficiency=self.efficiency, git_commit=git_commit,
                         fingerprint=fingerprint_hash(self.fingerprint) if self.fingerprint else None,
                         launcher=self.run.launcher, ranks=self.cell.ranks, runs=len(self.runs),
                         yardstick_s=round(self.yardstick.seconds, 6) if self.yardstick else None,
-                        machine_speed=self.machine_speed, cpu_wait_share=self.cpu_wait_share)
+                        machine_speed=self.machine_speed, cpu_wait_share=self.cpu_wait_share,
+                        baseline=self.baseline_bands, work=work_headline(self.work),
+                        machine=machine_label(machine_of(hardware)) if hardware else None,
+                        duration_s=round(sum(run.wall_s for run in self.runs), 3), **night)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -132,10 +144,11 @@ class AccuracyResult:
             "verdicts": [dataclasses.asdict(self.verdict)] if self.verdict else [], "outcome": self.outcome,
         }
 
-    def history_row(self, *, run_id: str, git_commit: str | None) -> dict:
+    def history_row(self, *, run_id: str, git_commit: str | None, **night: object) -> dict:
         """The cell's line in the nightly history, its final accuracy beside the verdict."""
         return make_row(self.cell.id, run_id=run_id, verdict=self.verdict_kind, git_commit=git_commit,
-                        launcher=self.run.launcher, ranks=self.cell.ranks, final_val_accuracy=self.final_accuracy)
+                        launcher=self.run.launcher, ranks=self.cell.ranks, final_val_accuracy=self.final_accuracy,
+                        duration_s=round(self.run.wall_s, 3), **night)
 
 
 def to_json(estimate: Estimate | None) -> dict | None:

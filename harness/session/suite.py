@@ -46,14 +46,13 @@ from harness.rank.spec import RankOptions
 from harness.rank.workload import Workload
 from harness.session import duet, preflight
 from harness.session.evaluation import evaluate
+from harness.session.history_keeping import PackageSets, SessionHistory, band_of, night_of
 from harness.session.instructions import count_instructions, instruction_limits, instruction_workload
 from harness.session.paired import (Confirmation, PairedResult, PairsInterrupted, PairSettings, TogetherFn,
                                     confirmed_by, measure_pairs, side_efficiency)
 from harness.session.results import AccuracyResult, CellResult, to_json
 from harness.store import environments
 from harness.store.baselines import BaselineError, BaselineFile
-from harness.store.history import append as append_history
-from harness.store.history import read as read_history
 
 __all__ = ["Suite", "SuiteError", "SuiteOptions", "CellResult", "AccuracyResult"]
 
@@ -134,6 +133,9 @@ class Suite:
         """The A/Bs ``--confirm`` ran, each entering the session's false-discovery control."""
         self.cut_short: list[str] = []
         """Cells an interrupt ended before any launch of theirs was judged."""
+        self.unmeasured_for_time: list[str] = []
+        """Cells not started because they could not finish before the session's deadline
+        (harness.session.deadline)."""
         self.prepared: Prepared | None = None
         """Set by :meth:`prepare`; None until it succeeded."""
         check_settings(options)
@@ -259,9 +261,7 @@ class Suite:
         """Launch the cell until its throughput interval is narrow enough and its verdict is not
         inconclusive, or until its measuring budget is spent; judge the pooled samples."""
         ready = self.prepare()
-        baseline = ready.baselines.reference(cell.id, "throughput")
-        result = CellResult(cell=cell, runs=[], config_hash=config_hash(dataclasses.asdict(ready.workload), cell),
-                            baseline_throughput=baseline.value if baseline else None)
+        result = CellResult(cell=cell, runs=[], config_hash=config_hash(dataclasses.asdict(ready.workload), cell))
         started = time.monotonic()
         try:
             while True:
@@ -319,9 +319,10 @@ class Suite:
         now: ``software``, ``system`` only on positive evidence, else ``unknown`` naming why
         (harness.judging.confirmation)."""
         ready = self.prepare()
-        band = ready.baselines.reference(result.cell.id, "throughput")
+        hardware = (result.fingerprint or {}).get("hardware")
+        band = ready.baselines.reference(result.cell.id, "throughput", hardware)
         interrupt = None
-        entry = ready.baselines.entry(result.cell.id) or {}
+        entry = ready.baselines.entry(result.cell.id, hardware) or {}
         if band is None or result.throughput is None:
             confirmation = Confirmation(cause=UNKNOWN, message="unknown: the baseline has no throughput figure to "
                                                                "confirm a move of")
@@ -361,7 +362,7 @@ class Suite:
         reference that rebuilds it; None where nothing differs from the current environment that can
         be rebuilt, or it cannot be built (the rebuild's ``missing`` says which part, and why)."""
         ready = self.prepare()
-        entry = ready.baselines.entry(result.cell.id) or {}
+        entry = ready.baselines.entry(result.cell.id, (result.fingerprint or {}).get("hardware")) or {}
         recorded = entry.get("provenance") or {}
         runtime = FRAMEWORKS.entry(result.cell.framework).runtime
         package_set = recorded.get("rank_environment") or (recorded.get("environment") if runtime == "torch" else None)
@@ -606,26 +607,30 @@ class Suite:
 
     def _keep(self, result: CellResult | AccuracyResult) -> None:
         """A result just added to the session's: its history line, and the results file again."""
-        self._append_history(result)
+        self.history.keep(result)
+        self._keep_results()
+
+    def leave_unmeasured_for_time(self, cell_id: str) -> None:
+        """A cell not started for want of time: named in the results file."""
+        self.unmeasured_for_time.append(cell_id)
         self._keep_results()
 
     def _keep_results(self) -> None:
         if self.options.results_json:
             self.write_results(self.options.results_json)
 
-    def _append_history(self, result: CellResult | AccuracyResult) -> None:
-        """One line per measured cell in ``history/<system>.jsonl``, written as soon as it is known."""
+    @functools.cached_property
+    def history(self) -> SessionHistory:
+        """The session's part that writes its history lines."""
         ready = self.prepare()
-        if self.options.history_dir is None:
-            return
-        row = result.history_row(run_id=ready.run_id, git_commit=ready.provenance["git_commit"])
-        append_history(self.options.history_dir / f"{ready.system}.jsonl", [row])
+        path = self.options.history_dir / f"{ready.system}.jsonl" if self.options.history_dir is not None else None
+        return SessionHistory(path, night_of(ready.run_id, ready.provenance["git_commit"],
+                                             results_json=self.options.results_json, report=self.options.report,
+                                             environ=os.environ), PackageSets(packages_of))
 
     def history_rows(self) -> list[dict]:
         """The system's history lines, this session's included; none where it keeps no history."""
-        if self.options.history_dir is None or self.prepared is None:
-            return []
-        return read_history(self.options.history_dir / f"{self.prepared.system}.jsonl")[0]
+        return self.history.rows() if self.prepared is not None else []
 
     def measure_accuracy(self, cell: AccuracyCell,
                          on_progress: Callable[[str], None] | None = None) -> "AccuracyResult":
@@ -663,6 +668,7 @@ class Suite:
             "against": {"reference": reference.environment.to_json(), "current": ready.current_environment.to_json(),
                         "difference": reference.difference} if reference else None,
             "paired_cells": [result.to_json() for result in self.paired_results],
+            "unmeasured_for_time": self.unmeasured_for_time,
         }
 
     def write_results(self, path: Path) -> None:
@@ -698,6 +704,13 @@ class Suite:
         except OSError as error:
             raise BaselineError(f"cannot keep the environment's package set: {error.strerror}: {error.filename}") from None
         changes = ready.baselines.update(entries)
+        hardware = {result.cell.id: (result.fingerprint or {}).get("hardware") for result in self.results}
+        verdicts = {result.cell.id: result.verdict for result in self.results}
+        verdicts.update((result.cell.id, result.verdict_kind) for result in self.accuracy_results)
+        cells = [entry["cell"] for entry in entries]
+        self.history.accept(cells, accepted_regressions=self.options.accept_regressions, verdicts=verdicts,
+                            bands={cell: band_of(ready.baselines.reference(cell, "throughput", hardware.get(cell)))
+                                   for cell in cells}, environ=os.environ)
         self.package_sets_written.extend(environments.path_of(self.options.baselines_dir, identity)
                                          for identity in dict.fromkeys(written))
         return changes

@@ -13,19 +13,28 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import getpass
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from harness.common.filelock import locked
 from harness.common.interrupts import INTERRUPTS
 from harness.common.jsonio import finite_number
+from harness.judging.changepoints import ACCEPTED, NIGHT, kind_of
 from harness.judging.metrics import CELL_METRICS
 from harness.judging.stats import Estimate
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 REQUIRED = {"cell": str, "run_id": str, "date": str, "verdict": str}
+KINDS = {NIGHT: {}, ACCEPTED: {"how": str, "reason": str}}
+"""Each kind of line with the fields it needs beyond :data:`REQUIRED`."""
+ACCEPTED_HOW = ("re-recorded", "declared")
+"""How a change was accepted: its baseline re-recorded (``--update-baselines``), or declared
+without re-recording (``dlscale-history --accept``)."""
 ROW_START = b'{"schema": '
 """How every line :func:`append` writes begins (``schema`` is :func:`make_row`'s first key)."""
 
@@ -53,11 +62,39 @@ def make_row(cell_id: str, *, run_id: str, verdict: str, throughput: Estimate | 
     :func:`harness.judging.fingerprint.fingerprint_hash` of the run's fingerprint. ``extra`` keys (e.g.
     ``launcher``, ``ranks``) are stored as given.
     """
-    date = date or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    return {"schema": SCHEMA_VERSION, "cell": cell_id, "run_id": run_id, "date": date, "git_commit": git_commit,
-            "throughput": throughput.to_json() if throughput else None,
+    return {"schema": SCHEMA_VERSION, "kind": NIGHT, "cell": cell_id, "run_id": run_id, "date": date or now(),
+            "git_commit": git_commit, "throughput": throughput.to_json() if throughput else None,
             "efficiency": efficiency.to_json() if efficiency else None, "verdict": verdict,
             "fingerprint": fingerprint, **extra}
+
+
+def make_acceptance(cell_id: str, *, run_id: str, how: str, by: str, reason: str, git_commit: str | None = None,
+                    baseline: Mapping | None = None, date: str | None = None) -> dict:
+    """A line saying the team accepted the cell's level as it stands: from this point the history's
+    check compares later levels with it (:mod:`harness.judging.changepoints`). ``how``: one of
+    :data:`ACCEPTED_HOW`; ``baseline``: the band the cell is judged by from then on, where known."""
+    if how not in ACCEPTED_HOW:
+        raise ValueError(f"how must be one of {', '.join(ACCEPTED_HOW)}, not {how!r}")
+    return {"schema": SCHEMA_VERSION, "kind": ACCEPTED, "cell": cell_id, "run_id": run_id, "date": date or now(),
+            "verdict": ACCEPTED, "how": how, "by": by, "reason": reason, "git_commit": git_commit,
+            "baseline": dict(baseline) if baseline else None}
+
+
+def accepted_by(environ: Mapping[str, str]) -> str:
+    """Who accepts a change: the CI's user where a CI runs it, else ``user@host``."""
+    for name in ("GITLAB_USER_LOGIN", "GITHUB_ACTOR"):
+        if environ.get(name):
+            return environ[name]
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+def now() -> str:
+    """The time a line is written: UTC, ISO 8601 to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def append(path: Path | str, rows: Iterable[Mapping]) -> None:
@@ -125,7 +162,12 @@ def read(path: Path | str) -> tuple[list[dict], list[Problem]]:
 def _invalid(row: Any) -> str | None:
     if not isinstance(row, dict):
         return f"not a JSON object but {type(row).__name__}"
-    for field, kind in REQUIRED.items():
+    if row.get("schema") not in READABLE_SCHEMAS:
+        return (f"schema {row.get('schema')!r}: not a schema this dlscale reads "
+                f"({', '.join(map(str, READABLE_SCHEMAS))}; a newer dlscale wrote it?)")
+    if kind_of(row) not in KINDS:
+        return f"unknown kind {row.get('kind')!r} (known: {', '.join(KINDS)})"
+    for field, kind in {**REQUIRED, **KINDS[kind_of(row)]}.items():
         if not isinstance(row.get(field), kind):
             return f"missing or non-{kind.__name__} field {field!r}"
     for metric in CELL_METRICS:

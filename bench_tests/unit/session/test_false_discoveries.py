@@ -53,7 +53,7 @@ def suite_with(monkeypatch, **options) -> Suite:
     """A suite whose session is prepared (a baseline band for every cell, the current environment)
     without looking at the machine."""
     suite = Suite(SuiteOptions(**options))
-    baselines = SimpleNamespace(reference=lambda cell_id, metric: BAND, entry=lambda cell_id: {})
+    baselines = SimpleNamespace(reference=lambda cell_id, metric, hardware=None: BAND, entry=lambda cell_id, hardware=None: {})
     suite.prepared = SimpleNamespace(baselines=baselines, current_environment=REFERENCE)
     suite.__dict__["pair_settings"] = PairSettings(first=8, most=32, min_effect=0.03, budget_s=3600)
     monkeypatch.setattr(references, "difference", lambda reference, current: {})

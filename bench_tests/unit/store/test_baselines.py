@@ -35,7 +35,7 @@ def test_corrupt_json_names_the_file(tmp_path):
 
 @pytest.mark.parametrize("data, why", [
     ([], "top level must be an object"),
-    ({"schema_version": 9, "cells": {}}, "schema_version must be 1"),
+    ({"schema_version": 9, "cells": {}}, "schema_version must be one of 1, 2, found 9"),
     ({"schema_version": 1, "cells": []}, '"cells" must be an object keyed by cell id, found a list'),
     ({"schema_version": 1, "cells": {"c": {"config_hash": "x"}}}, "none of the metrics"),
     ({"schema_version": 1, "cells": {"c": entry(value=-3)}}, 'positive numeric "value", found -3'),
@@ -84,14 +84,15 @@ def test_update_rewrites_only_given_cells_and_keeps_hand_edited_bands(tmp_path):
                                    "provenance": {}}])
     file.write(data)
     saved = json.loads(path.read_text())
-    assert saved["cells"]["a"]["throughput"] == {"value": 110.0, "lower": -0.05, "upper": None, "unit": "img/s"}
-    assert saved["cells"]["b"] == entry(value=7.0)
-    assert saved["cells"]["c"]["throughput"]["lower"] == -0.15
+    assert saved["schema_version"] == 2  # a schema 1 file is written back as schema 2: a list of entries per cell
+    assert saved["cells"]["a"][0]["throughput"] == {"value": 110.0, "lower": -0.05, "upper": None, "unit": "img/s"}
+    assert saved["cells"]["b"] == [entry(value=7.0)]
+    assert saved["cells"]["c"][0]["throughput"]["lower"] == -0.15
     assert changes == ["a: throughput 100 -> 110 (+10.0%)", "c: throughput new 5 img/s"]
     data, _ = file.updated([{"cell": "b", "metrics": {"throughput": 8.0}, "config_hash": "h", "config": {},
                              "provenance": {}, "bands": {"throughput": {"lower": -0.07, "upper": 0.07,
                                                                          "repeats": [7.9, 8.1]}}}])
-    assert data["cells"]["b"]["throughput"]["lower"] == -0.07  # a band derived from repeats replaces the old
+    assert data["cells"]["b"][0]["throughput"]["lower"] == -0.07  # a band derived from repeats replaces the old
     assert [p.name for p in tmp_path.iterdir()] == ["sys.json"]  # no temporary file left behind
 
 
@@ -109,10 +110,10 @@ def test_update_drops_a_yardstick_the_new_figures_were_not_measured_with(tmp_pat
     file = BaselineFile.load(path, "sys")
     data, _ = file.updated([{"cell": "c", "metrics": {"throughput": 60.0}, "config_hash": "h", "config": {},
                              "provenance": {}}])
-    assert "yardstick" not in data["cells"]["c"]
+    assert "yardstick" not in data["cells"]["c"][0]
     data, _ = file.updated([{"cell": "c", "metrics": {"throughput": 60.0}, "config_hash": "h", "config": {},
                              "provenance": {}, "yardstick": {"seconds": 0.2, "spread": 0.01, "version": 1}}])
-    assert data["cells"]["c"]["yardstick"]["seconds"] == 0.2
+    assert data["cells"]["c"][0]["yardstick"]["seconds"] == 0.2
 
 
 def test_a_measurement_too_uncertain_for_a_baseline_says_why():
@@ -145,7 +146,7 @@ def test_a_systems_tunables_set_the_default_band_and_a_bad_one_is_named(tmp_path
     assert (reference.lower, reference.upper, reference.defaulted) == (-0.08, 0.08, True)
     data, _ = file.updated([{"cell": "new", "metrics": {"throughput": 50.0}, "config_hash": "h", "config": {},
                              "provenance": {}}])
-    assert (data["cells"]["new"]["throughput"]["lower"], data["cells"]["new"]["throughput"]["upper"]) == (-0.08, 0.08)
+    assert (data["cells"]["new"][0]["throughput"]["lower"], data["cells"]["new"][0]["throughput"]["upper"]) == (-0.08, 0.08)
     for tunables, named in (({"notable_share": 0.1}, "unknown tunable 'notable_share'"),
                             ({"min_effect": 1.5}, "min_effect must be a fraction between 0 and 1"),
                             ([0.1], '"tunables" must be an object')):

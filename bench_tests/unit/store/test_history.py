@@ -54,7 +54,7 @@ def test_corrupt_line_is_reported_and_skipped_nothing_else_lost(tmp_path):
     history.append(path, nightly([100.0, 101.0, 102.0]))
     lines = path.read_text().splitlines(keepends=True)
     lines.insert(1, '{"cell": "x", "run_id": \n')  # line 2: broken JSON
-    lines.insert(3, '{"cell": "x", "run_id": "r", "date": "d", "verdict": "pass", "throughput": {"value": -1}}\n')
+    lines.insert(3, '{"schema": 1, "cell": "x", "run_id": "r", "date": "d", "verdict": "pass", "throughput": {"value": -1}}\n')
     path.write_text("".join(lines))
     rows, problems = history.read(path)
     assert [r["throughput"]["value"] for r in rows] == [100.0, 101.0, 102.0]
