@@ -9,7 +9,7 @@ import pytest
 from bench_tests import site_history
 from bench_tests.site_history import (ACCEPTED_DROP_AT, DROP_AT, GONE_NIGHT, NO_REPORT_NIGHT, PACKAGE_AT, commit,
                                       run_id)
-from harness.report.site import svg
+from harness.report.site import nights, svg
 from harness.report.site.digest import digest
 from harness.report.site.publish import main
 from harness.report.site.views import cell_views
@@ -149,6 +149,14 @@ def test_trend_draws_points_bands_and_marks():
     assert "<title>a &lt;night&gt;</title>" in drawn and '<a href="r/index.html">' in drawn
     assert drawn.count('class="band"') == 1 and '<g class="mark change">' in drawn and ">-20%<" in drawn
     assert drawn.count('class="interval"') == 1  # the night without an interval has no whisker
+
+
+def test_a_band_without_an_upper_edge_is_drawn_to_the_plots_top():
+    band = nights.Band.from_json({"value": 10.0, "low": 1.0, "high": None, "defaulted": False})
+    assert band is not None and band.high is None
+    drawn = svg.trend([svg.Point(x=0, value=10.0, title="a")], nights=1, unit="img/s",
+                      bands=[svg.Band(first=0, last=0, low=band.low, high=band.high)])
+    assert "baseline band 1 - (no upper edge) img/s" in drawn
 
 
 def test_sparkline_marks_failed_nights():

@@ -23,15 +23,18 @@ class Band:
 
     value: float
     low: float
-    high: float
+    high: float | None
+    """``None``: the band has no upper edge."""
     defaulted: bool = False
     """The band is the default one, not derived from the baseline's own spread."""
 
     @classmethod
     def from_json(cls, data: Any) -> Band | None:
-        if not isinstance(data, Mapping) or not all(finite_number(data.get(key)) for key in ("value", "low", "high")):
+        if not isinstance(data, Mapping) or not all(finite_number(data.get(key)) for key in ("value", "low")) \
+                or not (data.get("high") is None or finite_number(data["high"])):
             return None
-        return cls(value=float(data["value"]), low=float(data["low"]), high=float(data["high"]),
+        return cls(value=float(data["value"]), low=float(data["low"]),
+                   high=float(data["high"]) if data.get("high") is not None else None,
                    defaulted=bool(data.get("defaulted")))
 
 

@@ -39,7 +39,8 @@ class Band:
     first: int
     last: int
     low: float
-    high: float
+    high: float | None
+    """``None``: the band has no upper edge, drawn to the plot's top."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,7 +64,7 @@ def trend(points: Sequence[Point], *, nights: int, unit: str, bands: Sequence[Ba
     step = plot_width / max(nights, 1)
     bottom = MARGIN["top"] + plot_height
     ends = [v for p in points for v in (p.value, p.low, p.high) if v is not None and math.isfinite(v)]
-    ends += [v for band in bands for v in (band.low, band.high)]
+    ends += [v for band in bands for v in (band.low, band.high) if v is not None]
     low, high = _padded(ends)
 
     def x_of(place: float) -> float:
@@ -75,10 +76,12 @@ def trend(points: Sequence[Point], *, nights: int, unit: str, bands: Sequence[Ba
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="trend" viewBox="0 0 {width} {height}" '
              f'width="{width}" height="{height}" role="img" aria-label="{_e(unit)} over {nights} nights">']
     for band in bands:
-        parts.append(f'<rect class="band" x="{x_of(band.first) - step / 2:.1f}" y="{y_of(band.high):.1f}" '
+        top = high if band.high is None else band.high
+        upper = "" if band.high is None else f"{band.high:.4g}"
+        parts.append(f'<rect class="band" x="{x_of(band.first) - step / 2:.1f}" y="{y_of(top):.1f}" '
                      f'width="{(band.last - band.first + 1) * step:.1f}" '
-                     f'height="{max(y_of(band.low) - y_of(band.high), 0.5):.1f}"><title>baseline band '
-                     f'{band.low:.4g} - {band.high:.4g} {_e(unit)}</title></rect>')
+                     f'height="{max(y_of(band.low) - y_of(top), 0.5):.1f}"><title>baseline band '
+                     f'{band.low:.4g} - {upper or "(no upper edge)"} {_e(unit)}</title></rect>')
     for tick in _ticks(low, high):
         y = y_of(tick)
         parts.append(f'<line class="grid" x1="{MARGIN["left"]}" x2="{width - MARGIN["right"]}" y1="{y:.1f}" '
