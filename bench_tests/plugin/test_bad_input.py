@@ -64,7 +64,7 @@ CASES = {
     "baseline-zero-throughput": ({BASELINE: baseline({"value": 0})}, [],
                                  ["{tmp}/baselines/badsys.json is invalid", "found 0"]),
     "baseline-schema-99": ({BASELINE: baseline(schema_version=99)}, [],
-                           ["{tmp}/baselines/badsys.json is invalid", "schema_version must be 1, found 99"]),
+                           ["{tmp}/baselines/badsys.json is invalid", "schema_version must be one of 1, 2, found 99"]),
     "baseline-cell-of-no-model": ({BASELINE: baseline(cell="ddp-synthetic-resnet49-g1")}, [],
                                   ["baseline file {tmp}/baselines/badsys.json", "'ddp-synthetic-resnet49-g1'",
                                    "unknown model 'resnet49'", "correct or remove that entry"]),

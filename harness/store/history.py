@@ -162,12 +162,15 @@ def read(path: Path | str) -> tuple[list[dict], list[Problem]]:
 def _invalid(row: Any) -> str | None:
     if not isinstance(row, dict):
         return f"not a JSON object but {type(row).__name__}"
+    for field, kind in REQUIRED.items():
+        if not isinstance(row.get(field), kind):
+            return f"missing or non-{kind.__name__} field {field!r}"
     if row.get("schema") not in READABLE_SCHEMAS:
         return (f"schema {row.get('schema')!r}: not a schema this dlscale reads "
                 f"({', '.join(map(str, READABLE_SCHEMAS))}; a newer dlscale wrote it?)")
     if kind_of(row) not in KINDS:
         return f"unknown kind {row.get('kind')!r} (known: {', '.join(KINDS)})"
-    for field, kind in {**REQUIRED, **KINDS[kind_of(row)]}.items():
+    for field, kind in KINDS[kind_of(row)].items():
         if not isinstance(row.get(field), kind):
             return f"missing or non-{kind.__name__} field {field!r}"
     for metric in CELL_METRICS:
