@@ -307,7 +307,7 @@ def test_ctrl_c_mid_suite_keeps_finished_results_and_leaves_nothing(tmp_path, re
     assert kept["cells"][0]["status"] == "ok" and len(kept["cells"][0]["records"]) == 1
     assert set(json.loads((baselines / "drillsys.json").read_text())["cells"]) == {first}
     rows, problems = read_history(history / "drillsys.jsonl")  # appended line by line: none torn
-    assert problems == [] and [row["cell"] for row in rows] == [first]
+    assert problems == [] and [(row["cell"], row["kind"]) for row in rows] == [(first, "night"), (first, "accepted")]
     assert [path for path in tmp_path.rglob("*.tmp")] == [], "a half-written file was left"
 
 
