@@ -354,13 +354,17 @@ def _joined(*parts: str) -> str:
 
 
 def software_by_work(change: Mapping | None, same_workload: bool) -> str | None:
-    """The cause a cell's counted work already gives, before any rebuild: where the step does other
-    operators, FLOPs, collectives or memory than at its baseline, counted with the same packages and
-    the same workload (``change``: harness.judging.work.against_baseline's, as JSON), the software
-    changed. None where the work does not say (the same work, only the data moved, nothing compared)."""
+    """The cause a cell's counted work already gives, before any rebuild: where the step moved a count
+    that tells the software (harness.rank.work.SOFTWARE_PARTS: operators, FLOPs, collectives,
+    memory) from its baseline's, counted with the same packages and the same workload (``change``:
+    harness.judging.work.against_baseline's, as JSON), the software changed. None where the work does
+    not say: the same work, only the data or the GPU's kernels moved (the kernels a library picks
+    depend on the GPU), only a timed figure moved (never work), or nothing was compared."""
+    from harness.rank.work import SOFTWARE_PARTS
+
     if not change or not same_workload or not change.get("changed"):
         return None
-    moved = [moved for moved in change["moved"] if moved["part"] != "data"]
+    moved = [moved for moved in change["moved"] if moved["part"] in SOFTWARE_PARTS]
     if not moved:
         return None
     return (f"software: the cell does other work per step than at its baseline, counted with the same packages and "

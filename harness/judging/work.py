@@ -6,9 +6,11 @@
     against_baseline(stored, work) -> the same against a baseline's work counted with the same packages
     work_reading(change, kind)     -> the A/B's words: the work beside the speed's verdict
 
-Counts are exact integers: operators, FLOPs, collectives, memory and data of one step do not depend
-on the machine's speed, so any difference between two launches is a difference in what they did.
-The one timed figure, a GPU's kernel time, is compared within :data:`KERNEL_TIME_TOLERANCE`.
+What work is, is one list (harness.rank.work.WORK): exact integers, operators, FLOPs, collectives,
+memory, data and GPU kernels of one step, which do not depend on the machine's speed, so any
+difference between two launches is a difference in what they did. A timed figure (a GPU's kernel
+time, harness.rank.work.TIMED_FIGURES) is kept beside the work under ``timed``: compared within
+:data:`KERNEL_TIME_TOLERANCE` and said beside a change, never part of it, nor of the digest.
 """
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ import hashlib
 import json
 from typing import Mapping, Sequence
 
-PARTS = ("flops", "operators", "collectives", "memory", "data", "gpu")
+from harness.rank.work import WORK_PARTS
+
+PARTS = WORK_PARTS
 """The parts of a cell's work, in the order a change names them."""
 
 NOTES = (
@@ -62,12 +66,24 @@ def cell_work(records: Sequence[Mapping]) -> dict | None:
     if "data" in counted:
         result["data"] = _summed(work["data"] for work in works)
     if "gpu" in counted:
-        result["gpu"] = {"kernels": sum(work["gpu"]["kernels"] for work in works),
-                         "kernel_time_s": sum(work["gpu"]["kernel_time_s"] for work in works)}
+        result["gpu"] = {"kernels": sum(work["gpu"]["kernels"] for work in works)}
+    timed = [_timed(work) for work in works]
+    if all(timed):
+        result["timed"] = {name: round(sum(figures.get(name, 0.0) for figures in timed), 6)
+                           for name in sorted({name for figures in timed for name in figures})}
     differ = sorted({part for work in works for part in work.get("steps_differ", ())})
     versions = records[0].get("versions")
     return {**result, "not_counted": not_counted, **({"steps_differ": differ} if differ else {}),
             "cost_s": max(work.get("cost_s", 0.0) for work in works), **({"versions": versions} if versions else {})}
+
+
+def _timed(work: Mapping) -> dict:
+    """A rank's timed figures; a record of a harness that kept the kernel time inside ``gpu``
+    gives it here too."""
+    timed = dict(work.get("timed") or {})
+    if "kernel_time_s" in (work.get("gpu") or {}):
+        timed.setdefault("gpu_kernel_time_s", work["gpu"]["kernel_time_s"])
+    return timed
 
 
 def launches_work(launches: Sequence[Sequence[Mapping]]) -> dict | None:
@@ -103,14 +119,20 @@ def _summed(counts) -> dict:
 
 
 def work_digest(work: Mapping | None) -> str | None:
-    """A short hash of what a launch counted (the timed kernel time and the counting's cost left
-    out): two launches that did the same work have the same digest."""
+    """A short hash of the work a launch counted: the counts of :data:`PARTS` and which of them it
+    could not count (by name: a reason reworded is the same work). Timed figures, the counting's
+    cost and the packages are not work: two launches that did the same work have the same digest."""
     if not work:
         return None
-    counted = {part: value for part, value in work.items() if part not in ("cost_s", "gpu", "versions", "launches")}
-    if "gpu" in work:
-        counted["gpu"] = {"kernels": work["gpu"]["kernels"]}
+    counted = {part: _count(part, work[part]) if part in work else "not counted" for part in PARTS}
     return hashlib.sha256(json.dumps(counted, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _count(part: str, value):
+    """The count of ``part``, without a timed figure an older record kept inside it."""
+    if part == "gpu":
+        return {"kernels": value["kernels"]}
+    return value
 
 
 def work_headline(work: Mapping | None) -> dict | None:
@@ -140,6 +162,8 @@ class WorkChange:
     """The parts both sides counted, and alike."""
     uncompared: tuple[str, ...] = ()
     """The parts one side or both did not count, each with why."""
+    timed: tuple[str, ...] = ()
+    """Timed figures that moved beyond their tolerance, said beside the work: never a change of it."""
 
     @property
     def changed(self) -> bool:
@@ -150,6 +174,9 @@ class WorkChange:
         return bool(self.moved or self.same)
 
     def text(self) -> str:
+        return self._work_text() + (f"; timed, beside the work: {', '.join(self.timed)}" if self.timed else "")
+
+    def _work_text(self) -> str:
         if not self.comparable:
             return "work: not compared (" + "; ".join(self.uncompared) + ")" if self.uncompared else \
                 "work: not compared"
@@ -162,12 +189,12 @@ class WorkChange:
     def to_json(self) -> dict:
         return {"changed": self.changed, "comparable": self.comparable, "text": self.text(),
                 "moved": [dataclasses.asdict(moved) for moved in self.moved], "same": list(self.same),
-                "uncompared": list(self.uncompared)}
+                "uncompared": list(self.uncompared), "timed": list(self.timed)}
 
     @classmethod
     def from_json(cls, data: Mapping) -> WorkChange:
-        return cls(moved=tuple(Moved(**moved) for moved in data["moved"]), same=tuple(data["same"]),
-                   uncompared=tuple(data["uncompared"]))
+        return cls(moved=tuple(Moved(**moved) for moved in data["moved"]),
+                   same=tuple(data["same"]), uncompared=tuple(data["uncompared"]), timed=tuple(data.get("timed", ())))
 
 
 def compare_work(before: Mapping | None, after: Mapping | None, *, before_name: str = "the reference",
@@ -193,7 +220,17 @@ def compare_work(before: Mapping | None, after: Mapping | None, *, before_name: 
             moved += found
         else:
             same.append(part)
-    return WorkChange(moved=tuple(moved), same=tuple(same), uncompared=tuple(uncompared))
+    return WorkChange(moved=tuple(moved), same=tuple(same), uncompared=tuple(uncompared),
+                      timed=_timed_moves(_timed(before), _timed(after)))
+
+
+def _timed_moves(before: Mapping[str, float], after: Mapping[str, float]) -> tuple[str, ...]:
+    moved = []
+    for name in sorted(set(before) & set(after)):
+        was, now = before[name], after[name]
+        if was and abs(now / was - 1) > KERNEL_TIME_TOLERANCE:
+            moved.append(f"{name.removesuffix('_s').replace('_', ' ')} {_percent(was, now)}")
+    return tuple(moved)
 
 
 def _percent(before: float, after: float) -> str:
@@ -253,13 +290,9 @@ def _data(before: Mapping, after: Mapping) -> list[Moved]:
 
 
 def _gpu(before: Mapping, after: Mapping) -> list[Moved]:
-    moved = []
-    if before["kernels"] != after["kernels"]:
-        moved.append(Moved("gpu", f"GPU kernels {before['kernels']} -> {after['kernels']}"))
-    was, now = before["kernel_time_s"], after["kernel_time_s"]
-    if was and abs(now / was - 1) > KERNEL_TIME_TOLERANCE:
-        moved.append(Moved("gpu", f"kernel time {_percent(was, now)} (timed)", now / was))
-    return moved
+    if before["kernels"] == after["kernels"]:
+        return []
+    return [Moved("gpu", f"GPU kernels {before['kernels']} -> {after['kernels']}")]
 
 
 _MOVES = {"flops": _flops, "operators": _operators, "collectives": _collectives, "memory": _memory,

@@ -122,7 +122,8 @@ class TorchWorkCounter(WorkCounter):
             "not_counted": {},
         }
         if self.kernels is not None:
-            work["gpu"] = self.kernels.to_json()
+            work["gpu"] = {"kernels": self.kernels.kernels}
+            work["timed"] = {"gpu_kernel_time_s": self.kernels.kernel_time_s}
         else:
             work["not_counted"]["gpu"] = "a CPU rank runs no GPU kernels"
         return work
@@ -135,8 +136,8 @@ def operator_name_of_packet(packet) -> str:
 
 
 class KernelCount:
-    """The GPU kernels a step launched and the sum of their device time, by torch's profiler: the
-    one timed figure of the work, much steadier than the step's wall time."""
+    """The GPU kernels a step launched (a count) and the sum of their device time (timed: kept
+    beside the work, :data:`harness.rank.work.TIMED_FIGURES`), by torch's profiler."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -157,8 +158,9 @@ class KernelCount:
         if exc[0] is None:
             self.kernels, self.kernel_time_us = kernel_totals(self.profile.events())
 
-    def to_json(self) -> dict:
-        return {"kernels": self.kernels, "kernel_time_s": round(self.kernel_time_us / 1e6, 6)}
+    @property
+    def kernel_time_s(self) -> float:
+        return round(self.kernel_time_us / 1e6, 6)
 
 
 def kernel_totals(events) -> tuple[int, float]:

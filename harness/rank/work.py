@@ -12,6 +12,7 @@ zero is a count.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 from typing import Callable, Mapping
 
@@ -19,8 +20,39 @@ COUNTED_STEPS = 1
 """Steps counted after the timed window. Once the optimizer's state exists a step's operators,
 FLOPs, collectives, memory and data are the same integers step after step."""
 
-COUNTED_PARTS = ("operators", "flops", "collectives", "memory", "data")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Count:
+    """One part of what work is: a count of a step, an exact integer or integers."""
+    part: str
+    what: str
+    tells_software: bool
+    """With the same packages and workload, a move of this count says the software changed (not
+    the node, nor the data)."""
+    gpu_only: bool = False
+
+
+WORK = (
+    Count("flops", "FLOPs in total, by operator and by phase (forward, backward, optimizer)", True),
+    Count("operators", "operator calls by name", True),
+    Count("collectives", "collective calls and the bytes this rank contributes, by kind", True),
+    Count("memory", "the step's peak of allocated bytes, named by what gives it", True),
+    Count("data", "images in the batch, images decoded and bytes read to make it", False),
+    Count("gpu", "GPU kernels launched (which kernels the libraries pick depends on the GPU)", False, gpu_only=True),
+)
+"""What work is: the one list the rank's record, the work digest, ``--confirm``'s reading
+(harness.judging.confirmation.software_by_work) and docs/verdicts.md's table follow, in the order a
+change names them. Nothing timed is in it: timed figures are :data:`TIMED_FIGURES`, kept beside."""
+
+WORK_PARTS = tuple(count.part for count in WORK)
+SOFTWARE_PARTS = tuple(count.part for count in WORK if count.tells_software)
+COUNTED_PARTS = tuple(count.part for count in WORK if not count.gpu_only)
 """What every rank's ``work`` holds or names under ``not_counted``."""
+
+TIMED_FIGURES = {"gpu_kernel_time_s": "the sum of the step's GPU kernels' device time (NCCL's waits for peers in it)"}
+"""Figures a counted step times rather than counts: under ``work["timed"]``, shown beside the work,
+never part of it (a slower or power-capped GPU moves them with the same work)."""
 
 
 class NotCounted(Exception):
@@ -120,6 +152,6 @@ def per_step(counts: list[dict]) -> dict:
     if not counts:
         return {}
     last = counts[-1]
-    differ = sorted(part for part in COUNTED_PARTS if part in last
+    differ = sorted(part for part in WORK_PARTS if part in last
                     and any(earlier.get(part) != last[part] for earlier in counts[:-1]))
     return {**last, "steps": len(counts), **({"steps_differ": differ} if differ else {})}

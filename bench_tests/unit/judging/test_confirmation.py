@@ -298,3 +298,21 @@ def test_other_work_than_the_baselines_is_the_softwares_before_any_rebuild():
     assert software_by_work(compare_work(work(1000), work(1000)).to_json(), same_workload=True) is None
     assert software_by_work(compare_work(work(1000), work(1000, 120)).to_json(), same_workload=True) is None
     assert software_by_work(None, same_workload=True) is None
+
+
+def test_only_the_counts_that_tell_the_software_confirm_it_by_work():
+    """A GPU's kernel time is timed (a slower node moves it) and the kernels a library picks depend
+    on the GPU: neither says the software changed; a move of memory does."""
+    from harness.judging.confirmation import software_by_work
+    from harness.judging.work import compare_work
+
+    def work(*, kernels=500, kernel_time_s=0.1, memory=800) -> dict:
+        return {"flops": {"total": 1000, "by_operator": {"aten::convolution": 1000}}, "memory": {"step_peak_bytes": memory},
+                "gpu": {"kernels": kernels}, "timed": {"gpu_kernel_time_s": kernel_time_s}, "not_counted": {}}
+
+    slower = compare_work(work(), work(kernel_time_s=0.2)).to_json()
+    assert software_by_work(slower, same_workload=True) is None
+    other_kernels = compare_work(work(), work(kernels=520)).to_json()
+    assert software_by_work(other_kernels, same_workload=True) is None
+    more_memory = compare_work(work(), work(memory=900)).to_json()
+    assert software_by_work(more_memory, same_workload=True).startswith("software: ")

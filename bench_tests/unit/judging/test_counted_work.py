@@ -94,15 +94,37 @@ def test_a_side_that_did_not_count_is_not_compared_and_says_why():
     assert half.uncompared == ("data: the reference did not count it (no reader)",)
 
 
-def test_gpu_kernels_are_counted_and_their_time_is_compared_within_its_tolerance():
-    gpu = {"kernels": 500, "kernel_time_s": 0.100}
-    before = cell_work(launch({**rank_work(not_counted={}), "gpu": gpu}))
-    within = cell_work(launch({**rank_work(not_counted={}), "gpu": {"kernels": 500, "kernel_time_s": 0.102}}))
-    beyond = cell_work(launch({**rank_work(not_counted={}), "gpu": {"kernels": 520, "kernel_time_s": 0.110}}))
-    assert not compare_work(before, within).changed
-    assert work_digest(before) == work_digest(within)  # the timed figure is not part of the digest
-    assert [m.text for m in compare_work(before, beyond).moved] == ["GPU kernels 500 -> 520",
-                                                                    "kernel time +10.0% (timed)"]
+def gpu_work(kernels: int, kernel_time_s: float) -> dict:
+    return {**rank_work(not_counted={}), "gpu": {"kernels": kernels}, "timed": {"gpu_kernel_time_s": kernel_time_s}}
+
+
+def test_gpu_kernels_are_work_and_their_time_is_said_beside_it_never_in_it():
+    before = cell_work(launch(gpu_work(500, 0.100)))
+    within = cell_work(launch(gpu_work(500, 0.102)))
+    slower = cell_work(launch(gpu_work(500, 0.110)))
+    assert before["gpu"] == {"kernels": 500} and before["timed"] == {"gpu_kernel_time_s": 0.1}
+    assert not compare_work(before, within).changed and compare_work(before, within).timed == ()
+    timed_only = compare_work(before, slower)
+    assert not timed_only.changed and timed_only.moved == ()  # a slower GPU doing the same work
+    assert timed_only.timed == ("gpu kernel time +10.0%",)
+    assert timed_only.text().endswith("; timed, beside the work: gpu kernel time +10.0%")
+    assert work_digest(before) == work_digest(slower)
+    assert "launches_differ" not in launches_work([launch(gpu_work(500, 0.100)), launch(gpu_work(500, 0.110))])
+    more = compare_work(before, cell_work(launch(gpu_work(520, 0.110))))
+    assert [m.text for m in more.moved] == ["GPU kernels 500 -> 520"]
+
+
+def test_an_older_records_kernel_time_inside_gpu_is_read_as_timed():
+    old = cell_work(launch({**rank_work(not_counted={}), "gpu": {"kernels": 500, "kernel_time_s": 0.1}}))
+    assert old["gpu"] == {"kernels": 500} and old["timed"] == {"gpu_kernel_time_s": 0.1}
+    assert work_digest(old) == work_digest(cell_work(launch(gpu_work(500, 0.2))))
+
+
+def test_the_digest_is_of_the_counts_not_of_the_words_that_say_what_was_not():
+    reworded = {**rank_work(), "not_counted": {"gpu": "no GPU kernels on a CPU rank"}}
+    assert work_digest(cell_work(launch(rank_work()))) == work_digest(cell_work(launch(reworded)))
+    uncounted_data = {**rank_work(), "not_counted": {**CPU_NOTE, "data": "no reader"}}
+    assert work_digest(cell_work(launch(rank_work()))) != work_digest(cell_work(launch(uncounted_data)))
 
 
 def test_the_ab_reads_the_work_beside_the_speed():
@@ -115,8 +137,28 @@ def test_the_ab_reads_the_work_beside_the_speed():
         "the software does other work, though the speed could not be told apart yet")
 
 
-def test_every_part_is_known():
-    assert set(PARTS) == {"operators", "flops", "collectives", "memory", "data", "gpu"}
+def test_every_part_is_known_and_is_a_count():
+    assert PARTS == ("flops", "operators", "collectives", "memory", "data", "gpu")
+    assert not set(PARTS) & {"timed", "cost_s", "gpu_kernel_time_s"}
+
+
+def test_the_docs_table_of_what_is_counted_is_the_one_list():
+    """docs/verdicts.md's table of counted work names the parts of harness.rank.work.WORK, each once,
+    and says the timed figure is beside the work, not a part of it."""
+    from pathlib import Path
+
+    from harness.rank.work import TIMED_FIGURES, WORK
+
+    text = (Path(__file__).parents[3] / "docs" / "verdicts.md").read_text()
+    section = text[text.index("## Counted work"):]
+    section = section[:section.index("\n## ", 3)]
+    rows = [line.split("|")[1].strip().strip("`") for line in section.splitlines()
+            if line.startswith("| `")]
+    assert rows == [count.part for count in WORK]
+    for name in TIMED_FIGURES:
+        assert f"`timed.{name}`" in section
+    gpu_row = next(line for line in section.splitlines() if line.startswith("| `gpu`"))
+    assert "time" not in gpu_row
 
 
 def test_launches_that_did_other_work_are_named():

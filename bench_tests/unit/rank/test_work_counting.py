@@ -129,17 +129,63 @@ def test_a_collective_counts_the_bytes_this_rank_contributes(process_group):
     assert collective_bytes(torch.ops.c10d.barrier.default, (), {}) == 0
 
 
-def test_an_adapters_own_collectives_join_the_tally():
-    class OwnCollectives(LocalAdapter):
-        def counting_collectives(self, tally):
-            tally.add("all_reduce", 1000, calls=2)
-            return super().counting_collectives(tally)
+HOROVOD_COUNTED = """
+import json, torch
+from harness.rank.frameworks.horovod import HorovodAdapter
+from harness.rank.work import CollectiveTally
+import horovod.torch as hvd
 
-    adapter = OwnCollectives()
-    adapter.wrap(torch.nn.Linear(4, 2), None, torch.nn.CrossEntropyLoss())
-    work = counted(lambda: adapter.forward_backward(torch.randn(3, 4), torch.tensor([0, 1, 0])),
-                   TorchWorkCounter(CPU, adapter.counting_collectives), steps=1, warm=False)
-    assert work["collectives"] == {"all_reduce": {"calls": 2, "bytes": 1000}}
+hvd.init()
+tally = CollectiveTally()
+with HorovodAdapter().counting_collectives(tally):
+    hvd.allreduce(torch.ones(10), name="a")
+    hvd.grouped_allreduce([torch.ones(3), torch.ones(5, dtype=torch.float64)], name="g")
+    hvd.broadcast(torch.ones(4), root_rank=0, name="b")
+    hvd.allgather(torch.ones(2, 3), name="c")
+hvd.allreduce(torch.ones(100), name="after")  # after the count: not counted
+print(json.dumps(tally.to_json()))
+hvd.shutdown()
+"""
+
+
+def test_horovods_collectives_are_counted_where_its_api_hands_each_tensor_over():
+    """Horovod's real API on one rank (its own process: Horovod's MPI stays out of pytest's), each
+    tensor's bytes as its dtype and shape give them."""
+    pytest.importorskip("horovod.torch")
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", HOROVOD_COUNTED], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "all_reduce": {"calls": 3, "bytes": 40 + 12 + 40},  # 10 float32; 3 float32 and 5 float64, grouped
+        "broadcast": {"calls": 1, "bytes": 16}, "all_gather": {"calls": 1, "bytes": 24}}
+
+
+def test_kernel_count_takes_the_profilers_gpu_kernels_and_sums_their_device_time():
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    from harness.rank.torch_work import kernel_totals
+
+    events = [FunctionEvent(id=1, name="aten::mm", thread=0, start_us=0, end_us=100),  # the host side
+              FunctionEvent(id=2, name="gemm", thread=0, start_us=10, end_us=35, device_type=DeviceType.CUDA,
+                            use_device="cuda"),
+              FunctionEvent(id=3, name="add", thread=0, start_us=40, end_us=80, device_type=DeviceType.CUDA,
+                            use_device="cuda")]  # as a profile with CUDA among its activities makes them
+    assert kernel_totals(events) == (2, 65.0)
+    assert kernel_totals(events[:1]) == (0, 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_gpu_step_counts_its_kernels_beside_their_time():
+    cuda = torch.device("cuda")
+    a, b = torch.ones(1000, device=cuda), torch.ones(1000, device=cuda)
+    work = counted(lambda: (a + b) * b, TorchWorkCounter(cuda), steps=2)
+    assert work["gpu"] == {"kernels": 2}  # one elementwise kernel each
+    assert work["timed"]["gpu_kernel_time_s"] > 0 and "steps_differ" not in work
 
 
 def test_a_failed_count_is_named_and_the_steps_go_on():
