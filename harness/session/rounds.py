@@ -17,7 +17,8 @@ again). The core owns what must hold for all of them:
 - a round whose launches saw outside work on their cores (another job, the hypervisor's steal)
   differing by more than the minimum effect, or any of which was contended, is left out, counted
   and made up for; more than :data:`LEFT_OUT_AT_MOST` of the rounds left out ends them: the node is
-  too busy to compare on;
+  too busy to compare on, the verdict held ``inconclusive`` where at least two rounds were kept to
+  judge, an ``error`` where fewer were (:func:`too_busy` tells a caller which ended them);
 - each look judged once the round that completes it is in, and the rounds stopped where it decides.
 
 What a round's figures become and how a look decides is the comparison's own (its pairs judged by
@@ -127,14 +128,23 @@ def run_rounds(comparison: Comparison, round_of: RoundFn, settings: PairSettings
     if kept and len(kept) in planned_looks(settings.first, settings.most) and comparison.looks[-1:] != [len(kept)]:
         if comparison.judge(settings):  # a comparison kept between its look's last round and its judgement
             return
-    while (target := pairs_wanted(len(comparison.kept), settings.first, settings.most)) is not None:
+    def would_overrun(rounds: int) -> bool:
+        """Whether ``rounds`` more rounds, each as long as those done took on average, would pass
+        the budget (unknown before the first round is done)."""
         done = len(comparison.kept) + len(comparison.left_out)
-        per_round = (time.monotonic() - started) / max(1, done)
-        if comparison.kept and per_round * (target - len(comparison.kept)) > \
-                settings.budget_s - (time.monotonic() - started):
+        spent = time.monotonic() - started
+        return done > 0 and spent / done * rounds > settings.budget_s - spent
+
+    while (target := pairs_wanted(len(comparison.kept), settings.first, settings.most)) is not None:
+        if comparison.kept and would_overrun(target - len(comparison.kept)):
             break
         while len(comparison.kept) < target:  # a round left out is made up for, the orders rebalanced
             for order in comparison.orders(target - len(comparison.kept), rng):
+                if would_overrun(1):  # the look's rounds took longer than they promised: judged as they stand
+                    if len(comparison.kept) > (comparison.looks[-1] if comparison.looks else 1):
+                        comparison.judge(settings)
+                        on_look()
+                    return
                 one_round(comparison, order, round_of, settings)
                 comparison.wall_s = time.monotonic() - started
                 on_round()
@@ -142,9 +152,10 @@ def run_rounds(comparison: Comparison, round_of: RoundFn, settings: PairSettings
                     if len(comparison.kept) > (comparison.looks[-1] if comparison.looks else 1):
                         comparison.judge(settings)
                     return
-                if too_busy(comparison):
+                if too_busy(comparison):  # judged with the busy node among what holds the verdict back
                     comparison.judge(settings)
-                    comparison.error = comparison.error or busy_words(comparison)
+                    if len(comparison.kept) < 2:
+                        comparison.error = comparison.error or busy_words(comparison)
                     return
         decided = comparison.judge(settings)
         on_look()

@@ -497,9 +497,10 @@ class Suite:
                                       "repeated_p": result.change_p, "stands": stand}
             if not stand:
                 held.append(result)
-        for confirming in self.confirming:
-            if any(confirming.paired is result for result in held):
-                confirming.result.confirmation = confirming.held().to_json()
+        for confirming in self.confirming:  # each kept again: its A/B's ``false_discovery`` is set now
+            is_held = any(confirming.paired is result for result in held)
+            confirmation = confirming.held() if is_held else confirming.conclude(confirming.paired)
+            confirming.result.confirmation = confirmation.to_json()
         self._keep_results()
         return held
 

@@ -65,7 +65,8 @@ from harness.rank.instructions import missing_tools
 from harness.rank.numerics import Numerics
 from harness.rank.workload import Workload
 from harness.session.paired import PairedResult, PairsInterrupted, measure_pairs
-from harness.session.rounds import LaunchedFn, PairSettings, back_to_back, busy_holds, new_look, run_rounds
+from harness.session.rounds import (LaunchedFn, PairSettings, back_to_back, busy_holds, busy_words, new_look,
+                                    run_rounds, too_busy)
 from harness.session.suite import Suite
 from harness.tasks.bisect_points import (BisectError, Point, commit_points, package_moves, package_points,
                                          package_sets_of, version_points)
@@ -505,8 +506,8 @@ class Bisect:
                 return None
             raise BisectError(f"the range's {failure['side']} end {self.label(points[failure['side']])} cannot be "
                               f"launched: {rounds.error}")
-        if rounds.error:
-            raise NodeTooBusy(f"{self.label(mid)}: {rounds.error}")
+        if rounds.error or too_busy(rounds):  # a busy node holds an A/B's verdict; a step ends 3, to resume
+            raise NodeTooBusy(f"{self.label(mid)}: {rounds.error or busy_words(rounds)}")
         return rounds.placement
 
     def _pair_settings(self, first: int | None = None) -> PairSettings:

@@ -130,6 +130,8 @@ def test_a_system_cause_from_a_same_that_does_not_stand_is_unknown(monkeypatch):
     suite.control_false_discoveries(0)
     assert node.confirmation["cause"] == "unknown" and "same held inconclusive" in node.confirmation["message"]
     assert software.confirmation["cause"] == "software"
+    assert software.confirmation["paired"]["false_discovery"] == {
+        "procedure": "Benjamini-Hochberg", "rate": 0.05, "cells": 2, "repeated_p": 0.001, "stands": True}
 
 
 def test_one_ab_is_not_controlled(monkeypatch):

@@ -105,6 +105,46 @@ def test_a_node_too_busy_to_compare_on_holds_the_verdict_inconclusive():
     assert len(result.left_out) == 3 and not result.pairs and "too busy to compare on" in result.error
 
 
+def test_a_node_that_gets_busy_after_pairs_were_kept_holds_the_verdict_inconclusive_not_error():
+    """Four clean pairs, then another job takes 4% of the current side's core: its pairs are left out
+    until the node is too busy to compare on. With pairs to judge, the verdict is held
+    ``inconclusive`` for the busy node (as docs/verdicts.md says), not ended in an ``error``."""
+    result = measure_pairs(CELL, REFERENCE, launch_of(lambda side, n: 0.2 if side == "reference" else 0.25,
+                                                      outside=lambda side, n: 0.04 if side == "current" and n > 8
+                                                      else 0.0), SETTINGS, seed=7)
+    assert len(result.pairs) == 4 and len(result.left_out) == 5
+    assert result.error is None and result.ok and result.verdict_kind == "inconclusive"
+    assert any("too busy to compare on" in flag for flag in result.verdict.flags)
+
+
+class Clock:
+    """Monotonic seconds that pass only as the fake launches take them."""
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+
+def test_no_round_starts_that_the_budget_would_not_fit_even_within_a_look(monkeypatch):
+    """Each launch takes 10 s and the budget is 100 s: the first look wants 8 pairs (160 s), so the
+    pairs stop once one more would not fit, judged as they stand at a look of their own."""
+    from harness.session import paired, rounds
+    clock = Clock()
+    monkeypatch.setattr(rounds, "time", clock)
+    monkeypatch.setattr(paired, "time", clock)
+    inner = launch_of(lambda side, n: 0.2 if side == "reference" else 0.25)
+
+    def launch(side):
+        clock.now += 10.0
+        return inner(side)
+
+    settings = PairSettings(first=8, most=32, min_effect=0.03, budget_s=100)
+    result = measure_pairs(CELL, REFERENCE, launch, settings, seed=1)
+    assert result.launches == 10 and result.wall_s <= settings.budget_s
+    assert result.looks == [5] and result.verdict.pairs == 5  # too few to decide at the level a sixth look spends
+
+
 def test_duet_pairs_balance_which_side_takes_which_half():
     launched = []
 
