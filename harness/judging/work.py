@@ -26,8 +26,9 @@ PARTS = WORK_PARTS
 """The parts of a cell's work, in the order a change names them."""
 
 NOTES = (
-    "FLOPs by torch's FlopCounterMode: matrix products and convolutions, forward and backward; "
-    "elementwise operators, batch norm and the optimizer's update have no formula and count none",
+    "FLOPs by torch's FlopCounterMode: matrix products and convolutions, split into forward, backward and "
+    "the optimizer step (by whether autograd's engine ran the operator); elementwise operators, batch norm "
+    "and the optimizer's update have no formula and count none",
     "memory: the peak of the storages a step's operators created beyond what was live before it, on the "
     "rank that allocated most; what a framework allocates outside torch's operators is not seen",
     "collectives: per tensor, the bytes each rank contributes, summed over the ranks",
@@ -57,6 +58,8 @@ def cell_work(records: Sequence[Mapping]) -> dict | None:
     if "flops" in counted:
         result["flops"] = {"total": sum(work["flops"]["total"] for work in works),
                            "by_operator": _summed(work["flops"]["by_operator"] for work in works)}
+        if all("by_phase" in work["flops"] for work in works):
+            result["flops"]["by_phase"] = _summed(work["flops"]["by_phase"] for work in works)
     if "collectives" in counted:
         kinds = sorted({kind for work in works for kind in work["collectives"]})
         result["collectives"] = {kind: {field: sum(work["collectives"].get(kind, {}).get(field, 0) for work in works)
@@ -247,10 +250,16 @@ def _most_moved(before: Mapping[str, int], after: Mapping[str, int], most: int =
 
 
 def _flops(before: Mapping, after: Mapping) -> list[Moved]:
-    if before["total"] == after["total"] and before["by_operator"] == after["by_operator"]:
+    phases_before, phases_after = before.get("by_phase"), after.get("by_phase")
+    phases_moved = phases_before is not None and phases_after is not None and phases_before != phases_after
+    if before["total"] == after["total"] and before["by_operator"] == after["by_operator"] and not phases_moved:
         return []
-    where = _most_moved(before["by_operator"], after["by_operator"])
-    return [Moved("flops", f"{_percent(before['total'], after['total'])} FLOPs ({', '.join(where)})",
+    where = ", ".join(_most_moved(before["by_operator"], after["by_operator"]))
+    if phases_moved:
+        where += "; " + ", ".join(f"{phase} {_percent(phases_before.get(phase, 0), phases_after.get(phase, 0))}"
+                                  for phase in ("forward", "backward", "optimizer")
+                                  if phases_before.get(phase, 0) != phases_after.get(phase, 0))
+    return [Moved("flops", f"{_percent(before['total'], after['total'])} FLOPs ({where.lstrip('; ')})",
                   after["total"] / before["total"] if before["total"] else None)]
 
 

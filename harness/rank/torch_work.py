@@ -50,13 +50,53 @@ def collective_bytes(func, args, kwargs) -> int:
     return sum(tensor.nbytes for tensor in tree_leaves(given) if isinstance(tensor, torch.Tensor))
 
 
-class StepCountingMode(TorchDispatchMode):
-    """Operators by name, ``c10d`` collectives into a tally, and the peak of the bytes the step's
-    operators allocated: a storage an operator returns that none of its inputs had is new, and
-    counts until it is freed."""
+def current_phase(backward_seen: bool) -> str:
+    """The phase of the step an operator runs in: ``backward`` inside autograd's engine, ``forward``
+    before it, ``optimizer`` after it (the update, and any wait for gradients after backward)."""
+    if torch._C._current_graph_task_id() != -1:
+        return "backward"
+    return "optimizer" if backward_seen else "forward"
 
-    def __init__(self, tally: CollectiveTally):
+
+class PhaseSplit:
+    """A running total (FlopCounterMode's) split by the phase of the step it grew in: :meth:`see`
+    before each operator runs, :meth:`close` after the step."""
+
+    def __init__(self, total: Callable[[], int]):
+        self.total = total
+        self.phase: str | None = None
+        self.backward_seen = False
+        self.at_phase_start = 0
+        self.by_phase: collections.Counter = collections.Counter()
+
+    def see(self) -> None:
+        phase = current_phase(self.backward_seen)
+        if phase != self.phase:
+            self.close()
+            self.phase = phase
+            self.backward_seen |= phase == "backward"
+
+    def close(self) -> None:
+        now = self.total()
+        if self.phase is not None:
+            self.by_phase[self.phase] += now - self.at_phase_start
+        self.at_phase_start = now
+
+    def to_json(self) -> dict:
+        """Forward's and backward's FLOPs (counts, zero included), the optimizer's where its update
+        ran an operator with a formula (SGD's and Adam's are elementwise: none, so not said)."""
+        split = {"forward": self.by_phase["forward"], "backward": self.by_phase["backward"]}
+        return {**split, **({"optimizer": self.by_phase["optimizer"]} if self.by_phase["optimizer"] else {})}
+
+
+class StepCountingMode(TorchDispatchMode):
+    """Operators by name, ``c10d`` collectives into a tally, the phase each operator ran in, and the
+    peak of the bytes the step's operators allocated: a storage an operator returns that none of its
+    inputs had is new, and counts until it is freed."""
+
+    def __init__(self, tally: CollectiveTally, phases: PhaseSplit | None = None):
         super().__init__()
+        self.phases = phases
         self.operators: collections.Counter = collections.Counter()
         self.tally = tally
         self.live: dict[int, int] = {}
@@ -65,6 +105,8 @@ class StepCountingMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.phases is not None:
+            self.phases.see()  # before the FLOP counter (the next mode down) counts this operator
         self.operators[operator_name(func)] += 1
         if func.namespace == "c10d" and func._opname in COLLECTIVE_KINDS:
             self.tally.add(COLLECTIVE_KINDS[func._opname], collective_bytes(func, args, kwargs))
@@ -100,8 +142,9 @@ class TorchWorkCounter(WorkCounter):
 
     def start(self) -> None:
         self.tally = CollectiveTally()
-        self.counting = StepCountingMode(self.tally)
         self.flops = FlopCounterMode(display=False)
+        self.phases = PhaseSplit(self.flops.get_total_flops)
+        self.counting = StepCountingMode(self.tally, self.phases)
         self.kernels = KernelCount(self.device) if self.device.type == "cuda" else None
         with contextlib.ExitStack() as stack:  # unwound at once where a part cannot start
             for part in (self.kernels, self.collectives(self.tally) if self.collectives else None,
@@ -112,11 +155,13 @@ class TorchWorkCounter(WorkCounter):
 
     def stop(self) -> dict:
         self.stack.close()
+        self.phases.close()
         by_operator = {operator_name_of_packet(packet): int(value)
                        for packet, value in self.flops.get_flop_counts().get("Global", {}).items()}
         work = {
             "operators": dict(sorted(self.counting.operators.items())),
-            "flops": {"total": int(self.flops.get_total_flops()), "by_operator": dict(sorted(by_operator.items()))},
+            "flops": {"total": int(self.flops.get_total_flops()), "by_operator": dict(sorted(by_operator.items())),
+                      "by_phase": self.phases.to_json()},
             "collectives": self.tally.to_json(),
             "memory": {"step_peak_bytes": self.counting.peak_bytes},
             "not_counted": {},

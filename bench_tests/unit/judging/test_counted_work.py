@@ -65,6 +65,20 @@ def test_a_wider_convolution_is_named_with_its_operator():
     assert work_digest(before) != work_digest(after)
 
 
+def test_flops_say_which_phase_moved():
+    def phased(forward, backward):
+        work = rank_work(convolution=forward + backward)
+        work["flops"]["by_phase"] = {"forward": forward, "backward": backward}
+        return work
+
+    one = cell_work(launch(phased(300, 600), phased(300, 600)))
+    assert one["flops"]["by_phase"] == {"forward": 600, "backward": 1200}
+    moved = compare_work(one, cell_work(launch(phased(300, 660), phased(300, 660)))).moved
+    assert [m.text for m in moved] == ["+6.6% FLOPs (aten::convolution; backward +10.0%)"]
+    shifted = compare_work(one, cell_work(launch(phased(330, 570), phased(330, 570)))).moved
+    assert [m.text for m in shifted] == ["+0.0% FLOPs (forward +10.0%, backward -5.0%)"]  # the same total, moved
+
+
 def test_collectives_name_their_kind_bytes_and_calls():
     before = cell_work(launch(rank_work()))
     fewer = {**rank_work(), "collectives": {"all_reduce": {"calls": 1, "bytes": 4000},
