@@ -22,7 +22,8 @@ communication backward compute hid: measured as ``allreduce(G_ref) - exposed(G_r
 the backward pass (two thirds of forward+backward). Every prediction is a band over those, the
 links' fitted intervals and any alternative delays the calibration allows. The data term stays per
 rank (each node decodes its own batches) unless a shared file system's bandwidth is given, which
-all G ranks then share.
+all G ranks then share: a loader that prefetches (``data_prefetched``) makes the step the larger of
+the rest of the step and the file system's serving time, a loader that waits adds it.
 
     python -m harness.report.scaling_model RESULTS --cell ID --intra FILE [--inter FILE]
         [--gpus-per-node 4] [--gpus 4,8,...,1024] [--network-speedup 2] [--batch-per-gpu 128]
@@ -88,6 +89,11 @@ class CellModel:
     """GPU time per step that decoding the batch on the GPU takes from training; 0 where the CPU
     decodes. It is paid at every G, and its bursts hold up collectives due while they run
     (:func:`harness.report.stragglers.busy_collision`): a wait that grows with G."""
+    data_prefetched: bool = True
+    """How a shared file system's serving time enters the step: a loader that prefetches (PyTorch's
+    DataLoader with workers, DALI's pipeline) reads the next batch while this one trains, so the
+    step is the larger of the rest of the step and the serving time; a loader that waits for its
+    batch adds the serving time to the step."""
 
     @property
     def overhead_s(self) -> float:
@@ -156,12 +162,14 @@ def step_terms(cell: CellModel, network: Network, gpus: int, assumptions: Assump
     compute = cell.compute_s + cell.optimizer_s + cell.overhead_s
     collision = busy_collision(cell.decode_s, compute + cell.data_s + cell.decode_s)
     decode_wait = expected_wait(collision, gpus) - expected_wait(collision, cell.reference_gpus)
-    return {"compute": compute,
-            "data": cell.data_s,
-            "file system": max(0.0, served - cell.data_s),
-            "GPU decoding": cell.decode_s + decode_wait,
-            "exposed communication": max(0.0, comm - hidden),
-            "wait for the slowest rank": expected_wait(delay, gpus) - expected_wait(delay, cell.reference_gpus)}
+    terms = {"compute": compute,
+             "data": cell.data_s,
+             "GPU decoding": cell.decode_s + decode_wait,
+             "exposed communication": max(0.0, comm - hidden),
+             "wait for the slowest rank": expected_wait(delay, gpus) - expected_wait(delay, cell.reference_gpus)}
+    rest = sum(terms.values())
+    terms["file system"] = max(0.0, served - rest) if cell.data_prefetched else served
+    return {term: terms[term] for term in TERMS}
 
 
 def step_s(cell: CellModel, network: Network, gpus: int, assumptions: Assumptions = Assumptions(), *,

@@ -35,11 +35,14 @@ from typing import Callable, Mapping, Sequence
 
 from harness.rank.frameworks import FRAMEWORKS
 from harness.report.projection import STUDY_RUNTIMES
-from harness.report.scaling_model import (TERMS, Prediction, added_seconds, corners, lost_efficiency, predict,
-                                          step_s)
+from harness.report.scaling_model import (STUDY_GPUS, TERMS, Prediction, added_seconds, corners, lost_efficiency,
+                                          predict, step_s)
+from harness.report.scaling_other_studies import OutOfSample, not_predicted_rows, out_of_sample_rows, predict_all
+from harness.report.scaling_other_studies import load as load_other_studies
+from harness.report.scaling_tally import IN_SAMPLE, INDEPENDENT, Row, Tally, judge_bound, role_of
 from harness.report.stragglers import RankDelay, delays_with_wait
-from harness.report.study_inputs import (GPU_DECODE, GPUS_PER_NODE, HDR_PER_GPU, NETWORK, NVLINK, TERM_SOURCES,
-                                         study_cell)
+from harness.report.study_inputs import (GPU_DECODE, GPUS_PER_NODE, HDR_PER_GPU, NETWORK, NO_COMMUNICATION, NVLINK,
+                                         TERM_SOURCES, study_cell)
 from harness.report.tables import format_table
 
 PUBLISHED = Path(__file__).resolve().with_name("published-aach2023.json")
@@ -49,6 +52,24 @@ SHARE_GPUS = (4, 64, 1024)
 SHARE_CELLS = (("resnet50", "dali-cpu"), ("resnet50", "dali-gpu"), ("resnet152", "dali-cpu"))
 GROWING_TERMS = ("exposed communication", "wait for the slowest rank", "GPU decoding", "file system")
 """The terms of a step that can grow with G (the others every G pays alike)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class TermSet:
+    """Which of the terms that grow with G a model holds (compute and the file system it always has)."""
+
+    name: str
+    wait: bool = True
+    decoding: bool = True
+    communication: bool = True
+
+
+FULL = TermSet(name="full")
+NULL_MODELS = (TermSet(name="null: fitted terms only", decoding=False, communication=False),
+               TermSet(name="null: file system only", wait=False, decoding=False, communication=False))
+"""The null models shown beside the full one: the fewest terms that reproduce the fitted points
+(the wait and the file system, both fitted; no published communication, no published decoding),
+and the file system alone (it reproduces only the native loader's point)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,6 +83,7 @@ class Fitted:
     wait there."""
     images_per_s: float | None
     """What the shared file system serves all GPUs of a native-loader run."""
+    terms: TermSet = FULL
 
     @property
     def delays(self) -> tuple[RankDelay, tuple[RankDelay, ...]]:
@@ -94,14 +116,28 @@ def modelled_points(published: Mapping) -> list[Mapping]:
             and FRAMEWORKS.entry(_framework(point)).fused_all_reduce_bytes is not None]
 
 
-def predicted(point: Mapping, fitted: Fitted) -> Prediction:
-    """The model's E_G for one of the study's statements."""
-    delay, others = fitted.delays
-    native = point["loader"] == "native"
+def evaluated_at(point: Mapping) -> list[tuple[str, int]]:
+    """The (loader, GPUs) a statement speaks of: a range at each of the study's GPU counts in it;
+    "dali" (CPU or GPU decoding) as the published file's ``judged_with`` says (the quote's reading)."""
+    loaders = point.get("judged_with") or [point["loader"]]
+    if point.get("gpus"):
+        return [(loader, point["gpus"]) for loader in loaders]
+    low, high = point["gpus_range"]
+    return [(loader, gpus) for loader in loaders for gpus in STUDY_GPUS if low <= gpus <= high]
+
+
+def predicted(point: Mapping, fitted: Fitted, at: tuple[str, int] | None = None) -> Prediction:
+    """The model's E_G for one of the study's statements (at one of its (loader, GPUs), by default
+    its loader at its largest GPU count)."""
+    loader, gpus = at or (point["loader"], _gpus(point))
+    terms = fitted.terms
+    delay, others = fitted.delays if terms.wait else (RankDelay(), ())
+    native = loader == "native"
     if native and fitted.images_per_s is None:
         raise ValueError("the file system was not fitted")
-    cell = study_cell(point["model"], _framework(point), point["loader"], delay, others)
-    return predict(cell, NETWORK, [_gpus(point)], fs_bandwidth=fitted.images_per_s if native else None,
+    cell = study_cell(point["model"], _framework(point), loader, delay, others, decoding=terms.decoding)
+    network = NETWORK if terms.communication else NO_COMMUNICATION
+    return predict(cell, network, [gpus], fs_bandwidth=fitted.images_per_s if native else None,
                    image_bytes=1.0)[0]
 
 
@@ -127,10 +163,10 @@ def stated_values(published: Mapping) -> list[Mapping]:
     return [point for point in modelled_points(published) if point["relation"] == "="]
 
 
-def fit(published: Mapping, *, leave_out: Mapping | None = None) -> Fitted:
+def fit(published: Mapping, *, leave_out: Mapping | None = None, terms: TermSet = FULL) -> Fitted:
     """The two figures, each fitted to its one published point; with ``leave_out``, instead to
     every other stated value it bears on (the delay: the DALI points; the file system: the native
-    loader's), that point left out."""
+    loader's), that point left out. A model without the wait (``terms``) fits only the file system."""
     values = stated_values(published)
     if leave_out is None:
         delay_points = [p for p in values if _matches(p, DELAY_POINT)]
@@ -139,8 +175,8 @@ def fit(published: Mapping, *, leave_out: Mapping | None = None) -> Fitted:
         delay_points = [p for p in values if p["loader"] != "native" and p is not leave_out]
         file_system_points = [p for p in values if p["loader"] == "native" and p is not leave_out]
     delay_gpus = max((_gpus(p) for p in delay_points), default=DELAY_POINT["gpus"])
-    draft = Fitted(delay_mean_s=None, delay_gpus=delay_gpus, images_per_s=None)
-    if delay_points:
+    draft = Fitted(delay_mean_s=None, delay_gpus=delay_gpus, images_per_s=None, terms=terms)
+    if delay_points and terms.wait:
         draft = dataclasses.replace(draft, delay_mean_s=_least_squares(
             lambda mean: [predicted(p, dataclasses.replace(draft, delay_mean_s=mean)).efficiency - p["value"]
                           for p in delay_points], 1e-9, 1e-2))
@@ -151,34 +187,30 @@ def fit(published: Mapping, *, leave_out: Mapping | None = None) -> Fitted:
     return draft
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Check:
-    point: Mapping
-    framework: str
-    efficiency: float
-    band: tuple[float, float]
-    fitted: bool
-
-    @property
-    def error(self) -> float | None:
-        """Predicted minus published E_G, for a point the text states as a value."""
-        return self.efficiency - self.point["value"] if self.point["relation"] == "=" else None
-
-    @property
-    def holds(self) -> bool | None:
-        """Whether the prediction satisfies a bound the text states (``<``, ``>``)."""
-        relation, value = self.point["relation"], self.point["value"]
-        return {"<": self.efficiency < value, ">": self.efficiency > value}.get(relation)
+def _reading(point: Mapping, fitted: Fitted) -> tuple[float, tuple[float, float], list[tuple[float, float]], str | None]:
+    """(most likely E_G at the statement's worst point, its band, every point's band, a bound's verdict)."""
+    predictions = [predicted(point, fitted, at) for at in evaluated_at(point)]
+    bands = [p.efficiency_range for p in predictions]
+    if point["relation"] == "=":
+        return predictions[0].efficiency, bands[0], bands, None
+    worst = (min if point["relation"] == ">" else max)(predictions, key=lambda p: p.efficiency)
+    return worst.efficiency, worst.efficiency_range, bands, judge_bound(point["relation"], point["value"], bands)
 
 
-def validate(published: Mapping, fitted: Fitted) -> list[Check]:
-    checks = []
+def validate(published: Mapping, fitted: Fitted, nulls: Sequence[Fitted] | None = None) -> Tally:
+    """The tally: every statement the model speaks to, with its role, the full model's reading and
+    each null model's (each fitted to the same points as the full model)."""
+    if nulls is None:
+        nulls = [fit(published, terms=terms) for terms in NULL_MODELS]
+    rows = []
     for point in modelled_points(published):
-        prediction = predicted(point, fitted)
-        checks.append(Check(point=point, framework=_framework(point), efficiency=prediction.efficiency,
-                            band=prediction.efficiency_range,
-                            fitted=_matches(point, DELAY_POINT) or _matches(point, FILE_SYSTEM_POINT)))
-    return checks
+        role, why = role_of(point, (DELAY_POINT, FILE_SYSTEM_POINT))
+        efficiency, band, _, outcome = _reading(point, fitted)
+        readings = {null.terms.name: _reading(point, null) for null in nulls}
+        rows.append(Row(point=point, role=role, why=why, efficiency=efficiency, band=band, outcome=outcome,
+                        nulls={name: (r[0], r[1]) for name, r in readings.items()},
+                        null_outcomes={name: r[3] for name, r in readings.items() if r[3] is not None}))
+    return Tally(rows=tuple(rows))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -194,7 +226,8 @@ class LeftOut:
 
 
 def leave_one_out(published: Mapping) -> list[LeftOut]:
-    """Each fitted point predicted by the parameters fitted to the other stated values."""
+    """Each fitted point predicted by the parameters fitted to the other stated values (in-sample
+    ones among them: a leave-one-out error is not an independent test)."""
     out = []
     for point in (p for p in stated_values(published) if _matches(p, DELAY_POINT) or _matches(p, FILE_SYSTEM_POINT)):
         fitted = fit(published, leave_out=point)
@@ -210,17 +243,27 @@ def _point_label(point: Mapping) -> str:
     return f"{point['model']} {point['loader']} {'/'.join(point.get('frameworks') or ['-'])} at {gpus}"
 
 
-def validation_rows(checks: Sequence[Check]) -> list[list[str]]:
-    rows = [["model", "loader", "framework(s)", "GPUs", "published E_G", "predicted E_G", "band", "error / holds",
-             "where"]]
-    for check in checks:
-        point = check.point
+def _band(band: tuple[float, float]) -> str:
+    return f"[{band[0]:.2f}, {band[1]:.2f}]"
+
+
+def validation_rows(tally: Tally) -> list[list[str]]:
+    """The tally table: each statement's role, the full model beside each null model."""
+    names = [terms.name for terms in NULL_MODELS]
+    rows = [["model", "loader", "framework(s)", "GPUs", "published E_G", "role", "full model [band]",
+             "error / bound on the band", *names, "why (role)"]]
+    for row in tally.rows:
+        point = row.point
         gpus = point.get("gpus") or f"{point['gpus_range'][0]}-{point['gpus_range'][1]}"
-        outcome = ("fitted" if check.fitted else f"{check.error:+.2f}" if check.error is not None
-                   else "holds" if check.holds else "does not hold")
+        outcome = row.outcome if row.outcome is not None else f"{row.error:+.2f}"
+
+        def null(name: str) -> str:
+            efficiency, band = row.nulls[name]
+            verdict = row.null_outcomes.get(name)
+            return f"{efficiency:.2f} {_band(band)} " + (verdict if verdict else f"{row.null_error(name):+.2f}")
         rows.append([point["model"], point["loader"], ", ".join(point.get("frameworks") or ["-"]), str(gpus),
-                     f"{point['relation']} {point['value']}", f"{check.efficiency:.2f}",
-                     f"[{check.band[0]:.2f}, {check.band[1]:.2f}]", outcome, point.get("where", "")])
+                     f"{point['relation']} {point['value']}", row.role, f"{row.efficiency:.2f} {_band(row.band)}",
+                     outcome, *(null(name) for name in names), row.why])
     return rows
 
 
@@ -261,34 +304,51 @@ def term_rows() -> list[list[str]]:
     return [["term", "source"], *([term, TERM_SOURCES[term]] for term in TERMS)]
 
 
+GOAL_MEDIAN, GOAL_WORST = 0.05, 0.10
+"""The independent errors' goal (E_G units): their median |error| and the largest one."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Summary:
-    predicted_errors: list[float]
-    """|error| of each stated value no parameter was fitted to."""
+    tally: Tally
+    out_of_sample: tuple[OutOfSample, ...]
     left_out_errors: list[float]
-    """|error| of each fitted point its leave-one-out refit could predict."""
-    bounds_held: int
-    bounds: int
+    """|error| of each fitted point its leave-one-out refit could predict (a refit to in-sample
+    values among others: not an independent test)."""
+
+    @property
+    def independent_errors(self) -> list[float]:
+        """|error| of every value nothing was fitted to or chosen by: the study's independent values
+        and the other studies'."""
+        return self.tally.errors(INDEPENDENT) + [abs(item.error) for item in self.out_of_sample]
 
     @property
     def median_error(self) -> float:
-        return statistics.median(self.predicted_errors + self.left_out_errors)
+        return statistics.median(self.independent_errors)
+
+    @property
+    def goal_met(self) -> bool:
+        errors = self.independent_errors
+        return bool(errors) and self.median_error <= GOAL_MEDIAN and max(errors) <= GOAL_WORST
 
     def __str__(self) -> str:
-        def spread(errors: list[float]) -> str:
-            return f"median {statistics.median(errors):.3f}, worst {max(errors):.3f}" if errors else "none"
-        return (f"{len(self.predicted_errors)} stated value(s) not fitted: |error| {spread(self.predicted_errors)}; "
-                f"leave-one-out, {len(self.left_out_errors)} fitted point(s) predicted: |error| "
-                f"{spread(self.left_out_errors)}; all {len(self.predicted_errors) + len(self.left_out_errors)}: "
-                f"median |error| {self.median_error:.3f} (E_G units); {self.bounds_held} of {self.bounds} stated "
-                f"bound(s) hold")
+        errors = self.independent_errors
+        return (f"{self.tally}. Independent errors (this study's {len(self.tally.errors(INDEPENDENT))} and "
+                f"{len(self.out_of_sample)} other studies'): median |error| {self.median_error:.3f}, worst "
+                f"{max(errors):.3f} (E_G units; the goal: median <= {GOAL_MEDIAN}, none over {GOAL_WORST}: "
+                f"{'met' if self.goal_met else 'not met'}); in-sample |error| "
+                + (", ".join(f"{e:.3f}" for e in self.tally.errors(IN_SAMPLE)) or "none")
+                + "; leave-one-out |error| " + (", ".join(f"{e:.3f}" for e in self.left_out_errors) or "none"))
 
 
-def summarise(checks: Sequence[Check], left_out: Sequence[LeftOut]) -> Summary:
-    bounds = [c.holds for c in checks if c.holds is not None]
-    return Summary(predicted_errors=[abs(c.error) for c in checks if c.error is not None and not c.fitted],
-                   left_out_errors=[abs(item.error) for item in left_out if item.error is not None],
-                   bounds_held=sum(bounds), bounds=len(bounds))
+def summarise(tally: Tally, left_out: Sequence[LeftOut], out_of_sample: Sequence[OutOfSample] = ()) -> Summary:
+    return Summary(tally=tally, out_of_sample=tuple(out_of_sample),
+                   left_out_errors=[abs(item.error) for item in left_out if item.error is not None])
+
+
+def predict_other_studies(fitted: Fitted) -> list[OutOfSample]:
+    """The other studies, each from its own inputs, with this study's fitted wait carried over."""
+    return predict_all(load_other_studies(), fitted.delays[0])
 
 
 def fitted_line(fitted: Fitted) -> str:
@@ -315,18 +375,23 @@ def main(argv: list[str] | None = None) -> int:
         return check_main(args.results, args.intra, args.ranks)
     published = json.loads(PUBLISHED.read_text())
     fitted = fit(published)
-    checks = validate(published, fitted)
+    tally = validate(published, fitted)
     left_out = leave_one_out(published)
+    others = predict_other_studies(fitted)
     print(__doc__.split("\n\n")[0].replace("\n", " "))
     print(f"within a node: {NVLINK.describe()}\nbetween nodes: {HDR_PER_GPU.describe()}")
     print(f"GPU decoding (dali-gpu): {GPU_DECODE.describe()}")
     print(fitted_line(fitted))
     print("\nEach term of the step and its source\n" + format_table(term_rows()))
-    print("\nAgainst every E_G the study states\n" + format_table(validation_rows(checks)))
+    print("\nThe tally: every E_G the study states, its role, the full model beside the null models (bounds "
+          "judged on each model's band)\n" + format_table(validation_rows(tally)))
     print("\nLeave-one-out: each fitted point from a fit to the others\n" + format_table(leave_one_out_rows(left_out)))
+    print("\nOut of sample: other studies, each from its own hardware and workload, nothing refitted\n"
+          + format_table(out_of_sample_rows(others)))
+    print("\nNot predicted (inputs not found)\n" + format_table(not_predicted_rows(load_other_studies())))
     print("\nWhere the efficiency goes (DDP; most likely assumptions)\n"
           + format_table(share_rows(fitted)))
-    print("\n" + str(summarise(checks, left_out)))
+    print("\n" + str(summarise(tally, left_out, others)))
     return 0
 
 

@@ -15,6 +15,13 @@ input with its source, none of them fitted (the two fitted figures are
 - **GPU decoding** (published): DALI's decoding on the GPU takes GPU time from training at every
   G. Its cost per image is at most the inverse of what DALI's ResNet-50 pipeline reaches alone on
   one A100 (:data:`GPU_DECODE`).
+- **the file system** (the rate fitted; the mechanism a hypothesis): the native loader reads the
+  raw JPEG files (over a million of them) from the SCRATCH partition of the GPFS all nodes share
+  (the study's "JUWELS HPC system" section); PyTorch's DataLoader with its 8 workers prefetches,
+  so the step is the larger of the rest of the step and the file system's serving time.
+- **the overlap** (a hypothesis within a stated band): the study says DDP's buckets and Horovod's
+  tensor fusion overlap computation and communication, not how much: the band spans none to all
+  of backward, half most likely.
 """
 from __future__ import annotations
 
@@ -35,6 +42,9 @@ HDR_PER_GPU = Link(latency_s=5e-6, bandwidth=0.85 * 25e9, latency_range=(2e-6, 1
                    bandwidth_range=(0.70 * 25e9, 25e9),
                    source="one HDR InfiniBand adapter (200 Gb/s) per GPU, 70-100% reached")
 NETWORK = Network(intra=NVLINK, inter=HDR_PER_GPU, gpus_per_node=GPUS_PER_NODE)
+FREE_LINK = Link(latency_s=0.0, bandwidth=float("inf"), latency_range=(0.0, 0.0),
+                 bandwidth_range=(float("inf"), float("inf")), source="none: communication left out (a null model)")
+NO_COMMUNICATION = Network(intra=FREE_LINK, inter=FREE_LINK, gpus_per_node=GPUS_PER_NODE)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,10 +74,16 @@ runs beside the SMs, so the cost to training may be lower)."""
 TERM_SOURCES = {
     "compute": "published: the study's one-node runtime (Summary: ≈ 13 h ResNet50, ≈ 17 h ResNet152, 4 GPUs)",
     "data": "published: DALI keeps ahead of training (the study: CPU usage below 40%), 0 s",
-    "file system": "fitted: what the shared GPFS serves the native loader, to one point",
+    "file system": "fitted: the images/s the shared file system serves the native loader, to one point; "
+                   "hypothesis: that the shared GPFS (the study: the datasets are on its SCRATCH partition) "
+                   "is what serves them; the loader prefetches (8 workers): the step is the larger of the rest "
+                   "and the serving time",
     "GPU decoding": f"published: {GPU_DECODE.value:,.0f} images/s of DALI on one A100 ({GPU_DECODE.url})",
-    "exposed communication": "published: NVLink 3 and HDR InfiniBand speeds, DDP's/Horovod's fusion sizes",
-    "wait for the slowest rank": "fitted: the mean a rank loses to fixed-duration delays per step, to one point",
+    "exposed communication": "published: NVLink 3 and HDR InfiniBand speeds, DDP's/Horovod's fusion sizes; "
+                             "the overlap: the study says computation and communication overlap (its DDP and "
+                             "Horovod sections), not how much: none to all of backward, half a hypothesis",
+    "wait for the slowest rank": "fitted: the mean a rank loses to fixed-duration delays per step, to one point; "
+                                 "hypothesis: rare delays of fixed seconds (chosen by two in-sample values)",
 }
 """Where each term of the study's step comes from (measured / published / fitted)."""
 
@@ -79,12 +95,13 @@ def study_step_s(model: str) -> float:
 
 
 def study_cell(model: str, framework: str, loader: str, delay: RankDelay = RankDelay(),
-               other_delays: tuple[RankDelay, ...] = ()) -> CellModel:
+               other_delays: tuple[RankDelay, ...] = (), *, decoding: bool = True) -> CellModel:
     """ResNet ``model`` on one node of the study, trained by ``framework`` from ``loader``
-    ("dali-gpu" decodes on the GPU; every other loader on the CPU)."""
-    decode = BATCH_PER_GPU / GPU_DECODE.value if loader == "dali-gpu" else 0.0
+    ("dali-gpu" decodes on the GPU; every other loader on the CPU); ``decoding`` False leaves the GPU
+    decoding's cost out (a null model)."""
+    decode = BATCH_PER_GPU / GPU_DECODE.value if loader == "dali-gpu" and decoding else 0.0
     return CellModel(name=f"{framework}-{loader}-{model} (study)", reference_gpus=GPUS_PER_NODE,
                      batch_per_gpu=BATCH_PER_GPU, compute_s=study_step_s(model), optimizer_s=0.0, data_s=0.0,
-                     exposed_s=0.0, decode_s=decode, delay=delay, other_delays=other_delays,
+                     exposed_s=0.0, decode_s=decode, delay=delay, other_delays=other_delays, data_prefetched=True,
                      gradient_bytes=gradient_bytes(model),
                      bucket_bytes=FRAMEWORKS.entry(framework).fused_all_reduce_bytes)
