@@ -21,7 +21,38 @@ def server_summary(records: Sequence[Mapping]) -> dict | None:
         "updates_per_s": statistics.fmean(rates) if rates else None,
         "staleness_mean": sum(mean * count for mean, count in counted) / weight if weight else None,
         "staleness_max": max(maxima) if maxima else None,
+        "work": served_work(records),
     }
+
+
+def served_work(records: Sequence[Mapping]) -> dict:
+    """What each server counted of the workers' counted steps (harness.rank.frameworks.ps_shards.
+    ServedWork): per server and step, pushes and pulls with their bytes, summed over the workers and
+    by worker; ``launches_differ`` names the servers a later launch counted otherwise. A server
+    that counted nothing is under ``not_counted`` with why."""
+    by_server: dict[str, dict] = {}
+    not_counted: dict[str, str] = {}
+    differ: set[str] = set()
+    for record in records:
+        server, work = str(record.get("server")), record.get("work")
+        if not work or "by_worker" not in work:
+            not_counted.setdefault(server, (work or {}).get("not_counted", "this server's harness does not count"))
+            continue
+        if server in by_server:
+            if by_server[server]["by_worker"] != work["by_worker"]:
+                differ.add(server)
+            continue
+        totals: dict[str, dict[str, int]] = {}
+        for kinds in work["by_worker"].values():
+            for kind, counts in kinds.items():
+                total = totals.setdefault(kind, {"calls": 0, "bytes": 0})
+                total["calls"] += counts["calls"]
+                total["bytes"] += counts["bytes"]
+        by_server[server] = {**dict(sorted(totals.items())), "by_worker": work["by_worker"]}
+    return {"by_server": dict(sorted(by_server.items())),
+            **({"not_counted": {server: why for server, why in not_counted.items() if server not in by_server}}
+               if set(not_counted) - set(by_server) else {}),
+            **({"launches_differ": sorted(differ)} if differ else {})}
 
 
 def server_rows(cells: Sequence[tuple[str, Mapping, Mapping | None]]) -> list[list[str]]:

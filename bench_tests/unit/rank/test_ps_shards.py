@@ -78,7 +78,8 @@ def test_server_summary_pools_launches_weighting_staleness_by_gradients():
                 "staleness_max": 1, "staleness_count": 30}]
     summary = server_summary(records)
     assert summary == {"servers": 1, "timed_updates": 40, "updates_per_s": 3.0, "staleness_mean": 0.625,
-                       "staleness_max": 2}
+                       "staleness_max": 2, "work": {"by_server": {}, "not_counted": {
+                           "0": "this server's harness does not count"}}}
     assert server_summary([]) is None
     rows = server_rows([("torch_ps_async-synthetic-resnet50-g3", summary, {"optimizer": 0.4})])
     assert rows[1] == ["torch_ps_async-synthetic-resnet50-g3", "1", "3.0", "0.62", "2", "40%"]
@@ -99,3 +100,31 @@ def test_rpc_meets_at_torchruns_store_under_torchrun_and_on_a_port_of_its_own_el
     rank = RankInfo(rank=0, world_size=2, local_rank=0, local_world_size=2, master_addr="node1", master_port=29500,
                     source="torchrun")
     assert rpc_rendezvous(rank) == f"tcp://node1:{port}"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_counted_steps_pushes_and_pulls_are_counted_by_worker_and_never_timed(mode):
+    shard = Shard([torch.zeros(3), torch.zeros(2, 2, dtype=torch.float64)], mode=mode, workers=2, make_optimizer=sgd)
+    gradients = [torch.ones(3), torch.ones(2, 2, dtype=torch.float64)]  # 12 + 32 bytes
+    shard.push(gradients, 0, lr=1.0, timed=True)
+    shard.push(gradients, 0, lr=1.0, timed=True)  # a timed round: not counted
+    replies = [shard.push(gradients, 1, lr=1.0, timed=True, counted_by=worker) for worker in (0, 1)]
+    assert all(reply.done() for reply in replies) and shard.version == (4 if mode == "async" else 2)
+    assert shard.stats.updates == (2 if mode == "async" else 1)  # the counted round's updates are not timed
+    assert shard.served.to_json() == {"0": {"pull": {"calls": 1, "bytes": 44}, "push": {"calls": 1, "bytes": 44}},
+                                      "1": {"pull": {"calls": 1, "bytes": 44}, "push": {"calls": 1, "bytes": 44}}}
+
+
+def test_the_servers_counts_are_summed_over_the_workers_per_server_and_launches_that_differ_named():
+    def server(index, push_bytes, *, worker_bytes=None):
+        by_worker = {"0": {"push": {"calls": 1, "bytes": push_bytes}, "pull": {"calls": 1, "bytes": push_bytes}},
+                     "1": {"push": {"calls": 1, "bytes": worker_bytes or push_bytes},
+                           "pull": {"calls": 1, "bytes": worker_bytes or push_bytes}}}
+        return {"role": "server", "server": index, "timed_updates": 1, "work": {"by_worker": by_worker, "steps": 1}}
+
+    work = server_summary([server(0, 400), server(1, 100), server(0, 400), server(1, 100, worker_bytes=120)])["work"]
+    assert work["by_server"]["0"]["push"] == {"calls": 2, "bytes": 800}
+    assert work["by_server"]["1"]["pull"] == {"calls": 2, "bytes": 200}
+    assert work["launches_differ"] == ["1"] and "not_counted" not in work
+    uncounted = {"role": "server", "server": 0, "work": {"not_counted": "no worker counted a step"}}
+    assert server_summary([uncounted])["work"] == {"by_server": {}, "not_counted": {"0": "no worker counted a step"}}

@@ -57,8 +57,9 @@ class ServerRoles:
         return steps * (self.workers if self.mode == "async" else 1)
 
     def work_not_counted(self) -> str | None:
-        return ("a parameter-server cell's steps after the window would enter its servers' timed updates; "
-                "its pushes and pulls are not counted yet")
+        """torch's parameter server counts (its servers are the harness's own code); the others say why not."""
+        return ("its servers (ps-lite's, or TensorFlow's under its coordinator) take a step after the window for a "
+                "timed update and cannot be told it is counted; their pushes and pulls are not counted yet")
 
     def learning_rate_rule(self) -> str:
         return ("linearly scaled over the workers" if self.mode == "sync"

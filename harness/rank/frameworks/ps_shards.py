@@ -7,6 +7,10 @@ No RPC here, so that the update rules are tested on their own.
 - ``async``: the shard applies each gradient on arrival and answers at once. A gradient's
   *staleness* is the number of updates other workers applied between its worker's read of the
   parameters and its arrival.
+
+A push from a worker's counted step (harness.rank.work, after the timed window) names its worker:
+the shard counts it, and the parameters it answers with (the worker's pull), by worker
+(:class:`ServedWork`), and never as a timed update.
 """
 from __future__ import annotations
 
@@ -35,6 +39,22 @@ def assign_shards(sizes: Sequence[int], servers: int) -> list[int]:
     return owner
 
 
+class ServedWork:
+    """What a shard received and answered for the workers' counted steps: pushes (gradients in) and
+    pulls (parameters out), calls and bytes, by worker."""
+
+    def __init__(self):
+        self.by_worker: dict[int, dict[str, dict[str, int]]] = {}
+
+    def add(self, worker: int, kind: str, tensors: Sequence[torch.Tensor]) -> None:
+        counts = self.by_worker.setdefault(worker, {}).setdefault(kind, {"calls": 0, "bytes": 0})
+        counts["calls"] += 1
+        counts["bytes"] += sum(tensor.nbytes for tensor in tensors)
+
+    def to_json(self) -> dict:
+        return {str(worker): dict(sorted(kinds.items())) for worker, kinds in sorted(self.by_worker.items())}
+
+
 @dataclasses.dataclass
 class Reply:
     parameters: list[torch.Tensor]
@@ -56,6 +76,7 @@ class Shard:
         self.lock = threading.Lock()
         self.version = 0
         self.stats = ServerStats()
+        self.served = ServedWork()
         self.done_workers: set[int] = set()
         self._pending: list[list[torch.Tensor]] = []
         self._pending_lr: list[float] = []
@@ -65,11 +86,18 @@ class Shard:
         with self.lock:
             return Reply([tensor.clone() for tensor in self.parameters], self.version)
 
-    def push(self, gradients: list[torch.Tensor], read_version: int, lr: float, timed: bool) -> torch.futures.Future:
+    def push(self, gradients: list[torch.Tensor], read_version: int, lr: float, timed: bool,
+             counted_by: int | None = None) -> torch.futures.Future:
         """Take one worker's gradients, computed on the parameters of ``read_version``, at its
-        learning rate ``lr``; a future of the :class:`Reply` the worker continues from."""
+        learning rate ``lr``; a future of the :class:`Reply` the worker continues from.
+        ``counted_by``: the worker, where the push is its counted step's (counted, not timed)."""
         arrived = self.clock()
+        if counted_by is not None:
+            timed = False
         with self.lock:
+            if counted_by is not None:
+                self.served.add(counted_by, "push", gradients)
+                self.served.add(counted_by, "pull", self.parameters)  # the answer: the shard's parameters
             if timed and self.stats.first_arrival is None:
                 self.stats.first_arrival = arrived
             if self.mode == "async":

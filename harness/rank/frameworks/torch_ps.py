@@ -20,11 +20,12 @@ tutorials do.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -34,6 +35,7 @@ from harness.rank.frameworks.base import LossFn, Server, Trainer
 from harness.rank.frameworks.ps_common import ServerRoles, check_settings, workers_beside
 from harness.rank.frameworks.ps_shards import Reply, Shard, assign_shards
 from harness.rank.rankenv import RankInfo
+from harness.rank.work import COUNTED_STEPS, CollectiveTally
 
 RPC_PORT_OFFSET = 1
 POLL_S = 0.2
@@ -47,8 +49,9 @@ def _read() -> Reply:
 
 
 @rpc.functions.async_execution
-def _push(gradients: list[torch.Tensor], read_version: int, lr: float, timed: bool) -> torch.futures.Future:
-    return _shard.push(gradients, read_version, lr, timed)
+def _push(gradients: list[torch.Tensor], read_version: int, lr: float, timed: bool,
+          counted_by: int | None = None) -> torch.futures.Future:
+    return _shard.push(gradients, read_version, lr, timed, counted_by)
 
 
 def _finish(worker: int) -> None:
@@ -62,6 +65,8 @@ class TorchPSAdapter(ServerRoles, Trainer, Server):
         check_settings(mode, ps_servers)
         self.mode, self.servers, self.timeout_s = mode, ps_servers, timeout_s
         self.timed = False
+        self.tally: CollectiveTally | None = None
+        """Where a counted step's pushes and pulls are counted (None: no step is counted)."""
         self.versions: list[int] = []
 
     # --- roles ------------------------------------------------------------------------------------
@@ -132,19 +137,39 @@ class TorchPSAdapter(ServerRoles, Trainer, Server):
         lr = self.optimizer.param_groups[0]["lr"] / (self.workers if self.mode == "async" else 1)
         parameters = list(self.model.parameters())
         pending = []
+        counted_by = self.rank.rank if self.tally is not None else None
         for server, indices in enumerate(self.shards):
             gradients = [parameters[i].grad.detach().to("cpu") for i in indices]
-            pending.append(self._call(server, rpc.rpc_async, _push, gradients, self.versions[server], lr, self.timed))
+            pending.append(self._call(server, rpc.rpc_async, _push, gradients, self.versions[server], lr, self.timed,
+                                      counted_by))
+            if self.tally is not None:
+                self.tally.add("push", sum(gradient.nbytes for gradient in gradients))
         for server, future in enumerate(pending):
             try:
                 reply = future.wait()
             except RuntimeError as error:
                 raise self._unanswered(server, error) from error
+            if self.tally is not None:
+                self.tally.add("pull", sum(parameter.nbytes for parameter in reply.parameters))
             self._take(server, reply)
         self.model.zero_grad(set_to_none=True)
 
     def window_starts(self) -> None:
         self.timed = True
+
+    def work_not_counted(self) -> str | None:
+        return None
+
+    @contextlib.contextmanager
+    def counting_collectives(self, tally: CollectiveTally) -> Iterator[None]:
+        """A worker's pushes and pulls go by RPC, out of torch's dispatcher: each counted here, per
+        server, as the gradients it sends and the parameters the server answers with. The servers
+        count the same pushes as the counted step's, never as timed updates."""
+        self.tally = tally
+        try:
+            yield
+        finally:
+            self.tally = None
 
     def average(self, tensor):
         tensor = tensor.detach().clone()
@@ -168,7 +193,8 @@ class TorchPSAdapter(ServerRoles, Trainer, Server):
                 reported += 1
                 progress("timed", reported, expected)
         return {"role": "server", "server": self.rank.rank - self.workers,
-                "parameters": sum(p.numel() for p in _shard.parameters), **_shard.stats.to_json()}
+                "parameters": sum(p.numel() for p in _shard.parameters), **_shard.stats.to_json(),
+                "work": served_work(_shard.served.to_json())}
 
     def shutdown(self) -> None:
         failing = sys.exc_info()[0] is not None
@@ -185,6 +211,14 @@ class TorchPSAdapter(ServerRoles, Trainer, Server):
                 "learning_rate": self.learning_rate_rule(),
                 "server_elements": [sum(p.numel() for i, p in enumerate(self.model.parameters()) if i in shard)
                                     for shard in self.shards]}
+
+
+def served_work(by_worker: dict) -> dict:
+    """A server's record of the pushes and pulls of the workers' counted steps, per step; where no
+    worker counted a step (counting off or failed) it says so rather than a zero."""
+    if not by_worker:
+        return {"not_counted": "no worker counted a step (counting turned off, or failed: see the workers' work)"}
+    return {"by_worker": by_worker, "steps": COUNTED_STEPS}
 
 
 def rpc_rendezvous(rank: RankInfo) -> str:
