@@ -120,15 +120,68 @@ def _interval(value: float, low: float | None, high: float | None) -> str:
     return f"{value:.3f} [{low:.3f}, {high:.3f}]" if low is not None and high is not None else f"{value:.3f}"
 
 
-def check_rows(results: Mapping, link: Link | None) -> list[list[str]]:
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Beside:
+    """A measured cell's E_G beside the model's prediction from the same cell at fewest ranks."""
+
+    reference: Mapping
+    cell: Mapping
+    predicted: PredictedEfficiency
+
+    @property
+    def measured(self) -> float | None:
+        return (self.cell.get("efficiency") or {}).get("value")
+
+    @property
+    def gap(self) -> float | None:
+        """How far the measured E_G lies beyond the predicted band (0 inside it); None unmeasured."""
+        measured = self.measured
+        if measured is None:
+            return None
+        return measured - self.predicted.high if measured > self.predicted.high else \
+            measured - self.predicted.low if measured < self.predicted.low else 0.0
+
+
+def measured_beside_predicted(results: Mapping, link: Link | None) -> list[Beside]:
+    """Each larger cell of a results file beside its prediction from the cell at fewest ranks."""
     workload = results.get("workload") or {}
-    rows = [["cell", "from", "predicted E_G [95%]", "measured E_G [95%]", "measured inside", "+wait ms",
-             "+communication ms", "step s (from -> cell)", "CPU wait ms/step (from -> cell)",
-             "compute probe s (from -> cell)"]]
+    out = []
     for reference, cell in reference_pairs(results):
-        ranks = scaling_cell(cell["cell"]).ranks
-        predicted = predict_from_reference(reference, ranks, batch_per_gpu=int(workload["batch_size"]),
+        predicted = predict_from_reference(reference, scaling_cell(cell["cell"]).ranks,
+                                           batch_per_gpu=int(workload["batch_size"]),
                                            num_classes=int(workload.get("num_classes") or 1000), link=link)
+        out.append(Beside(reference=reference, cell=cell, predicted=predicted))
+    return out
+
+
+def gap_lines(results: Mapping, link: Link | None) -> list[str]:
+    """The session summary's lines: how many measured cells lie inside the model's band, each one
+    beyond it with its gap, and that predictions past the measured ranks are extrapolations."""
+    besides = [b for b in measured_beside_predicted(results, link) if b.measured is not None]
+    if not besides:
+        return []
+    inside = sum(b.gap == 0 for b in besides)
+    measured_ranks = max(scaling_cell(b.cell["cell"]).ranks for b in besides)
+    lines = [f"scaling model: {inside} of {len(besides)} cell(s) measured inside the band predicted from their "
+             f"fewest-rank cell ({'all-reduce: ' + link.source if link else 'no all-reduce timings: communication counts as hidden'})"]
+    for b in besides:
+        if b.gap:
+            lines.append(f"{b.cell['cell']}: measured E_G {b.measured:.3f}, {b.gap:+.3f} beyond the scaling model's band "
+                         f"[{b.predicted.low:.3f}, {b.predicted.high:.3f}] (predicted {b.predicted.value:.3f} from "
+                         f"{b.reference['cell']}: +{b.predicted.wait_s * 1e3:.2f} ms wait for the slowest rank, "
+                         f"+{b.predicted.exposed_s * 1e3:.2f} ms communication; what the model does not hold, e.g. ranks "
+                         "sharing cores, is in python -m harness.report.scaling_validation --results)")
+    lines.append(f"scaling model: predictions beyond {measured_ranks} rank(s) on one node are extrapolations until "
+                 "checked on multi-node data")
+    return lines
+
+
+def check_rows(results: Mapping, link: Link | None) -> list[list[str]]:
+    rows = [["cell", "from", "predicted E_G [95%]", "measured E_G [95%]", "measured inside", "gap beyond the band",
+             "+wait ms", "+communication ms", "step s (from -> cell)", "CPU wait ms/step (from -> cell)",
+             "compute probe s (from -> cell)"]]
+    for beside in measured_beside_predicted(results, link):
+        reference, cell, predicted = beside.reference, beside.cell, beside.predicted
         measured = cell.get("efficiency") or {}
         waits = [_cpu_wait_per_step(c) for c in (reference, cell)]
         probes = [_compute_probe_s(c) for c in (reference, cell)]
@@ -136,6 +189,7 @@ def check_rows(results: Mapping, link: Link | None) -> list[list[str]]:
         rows.append([cell["cell"], reference["cell"], _interval(predicted.value, predicted.low, predicted.high),
                      _interval(measured["value"], measured.get("low"), measured.get("high")) if measured else "-",
                      ("yes" if predicted.holds(measured["value"]) else "no") if measured else "-",
+                     "-" if beside.gap is None else f"{beside.gap:+.3f}",
                      f"{predicted.wait_s * 1e3:.2f}", f"{predicted.exposed_s * 1e3:.2f}" if link else "hidden",
                      f"{steps[0]:.4f} -> {steps[1]:.4f}",
                      " -> ".join("-" if w is None else f"{w * 1e3:.1f}" for w in waits),
@@ -159,3 +213,15 @@ def main(results_path: Path, intra: Path | None = None, ranks: int | None = None
           "all-reduce: not given (--intra): communication counts as hidden behind backward")
     print(format_table(rows))
     return 0
+
+
+def session_lines(cells: Sequence[Mapping], *, batch_per_gpu: int, num_classes: int,
+                  collectives: Path | None = None) -> list[str]:
+    """:func:`gap_lines` for a session's cells, with the node's measured all-reduce where a
+    collective benchmark file exists; a file that cannot be read is said, not raised."""
+    try:
+        link = read_link(collectives) if collectives is not None and Path(collectives).exists() else None
+        return gap_lines({"workload": {"batch_size": batch_per_gpu, "num_classes": num_classes},
+                          "cells": list(cells)}, link)
+    except (OSError, ValueError, KeyError) as error:
+        return [f"scaling model: not compared with the measured cells ({error})"]

@@ -64,3 +64,34 @@ def test_the_command_prints_predicted_beside_measured(tmp_path, capsys):
     path.write_text(json.dumps({"workload": {"batch_size": 16}, "cells": [results()["cells"][2]]}))
     assert scaling_validation.main(["--results", str(path)]) == 2
     assert "no two cells that differ only in ranks" in capsys.readouterr().err
+
+
+def test_a_measured_cell_beyond_the_models_band_is_named_with_its_gap_and_the_rest_are_extrapolations():
+    from harness.report.scaling_check import gap_lines, measured_beside_predicted, session_lines
+
+    missed = results(measured=0.5)
+    beside, = measured_beside_predicted(missed, None)
+    assert beside.gap == pytest.approx(0.5 - beside.predicted.low)
+    lines = gap_lines(missed, None)
+    assert lines[0].startswith("scaling model: 0 of 1 cell(s) measured inside the band")
+    assert lines[1].startswith("ddp-synthetic-resnet20-g2: measured E_G 0.500, -0.") and "beyond" in lines[1]
+    assert "beyond 2 rank(s) on one node are extrapolations" in lines[-1]
+    inside = results(measured=beside.predicted.value)
+    assert [line for line in gap_lines(inside, None) if line.startswith("ddp-")] == []  # inside: no gap line
+    assert "1 of 1" in gap_lines(inside, None)[0]
+    assert session_lines(missed["cells"], batch_per_gpu=16, num_classes=100) == lines
+    unmeasured = results()
+    del unmeasured["cells"][0]["efficiency"]
+    assert gap_lines(unmeasured, None) == []
+
+
+def test_the_reports_scaling_section_labels_extrapolations_and_sets_the_measured_beside_the_predicted():
+    from harness.report import html
+
+    rows = [{"bytes": s, "time_s": 1e-4 + s / 1e9} for s in (2**16, 2**20, 2**24)]
+    collectives = {"kind": "collectives", "ranks": 2, "backend": "gloo", "results": rows}
+    data = results(measured=0.5)
+    published = json.loads(scaling_validation.PUBLISHED.read_text())
+    text = html._scaling_model_section(published, collectives, data["cells"], data["workload"])
+    assert "E_G at 1024 (extrapolation)" in text and "Out of sample" in text and "Goyal et al. 2017" in text
+    assert "gap beyond the band" in text and "ddp-synthetic-resnet20-g2" in text
