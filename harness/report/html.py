@@ -26,7 +26,7 @@ from harness.judging.kinds import ERROR, VerdictKind
 from harness.judging.stats import Estimate
 from harness.report.collectives import (RESNET_BACKBONE_PARAMETERS, allreduce_lower_bound_s, gradient_bytes,
                                         load_collectives, lower_bound_rows, parameter_count, peak_busbw)
-from harness.report import scaling_model, scaling_validation
+from harness.report import scaling_check, scaling_model, scaling_validation
 from harness.report.framework_comparison import (PUBLISHED_NOTES, REFERENCE_FRAMEWORK, comparison_rows,
                                                   framework_ratios)
 from harness.report.network import collectives_link
@@ -225,19 +225,22 @@ def _scaling_model_section(published: Mapping | None, collectives: Mapping | Non
     if published is not None:
         fitted = scaling_validation.fit(published)
         checks = scaling_validation.validate(published, fitted)
-        summary = scaling_validation.summarise(checks, scaling_validation.leave_one_out(published))
+        others = scaling_validation.predict_other_studies(fitted)
+        summary = scaling_validation.summarise(checks, scaling_validation.leave_one_out(published), others)
         parts += ["<h3>Against the study</h3><p class='note'>Fed the study's one-node runtimes, its network's "
                   "published speeds and the published cost of decoding on an A100, plus one published point "
                   f"each for the wait for the slowest GPU ({fitted.delay_mean_s * 1e6:.1f} us a rank loses per "
                   f"step to fixed-duration delays) and the file system the native loader reads "
                   f"({fitted.images_per_s:,.0f} images/s): {html.escape(str(summary))}.</p>",
                   _table(scaling_validation.validation_rows(checks)),
+                  "<p class='note'>Out of sample: other studies, each from its own hardware and workload, nothing "
+                  "refitted:</p>", _table(scaling_validation.out_of_sample_rows(others)),
                   "<p class='note'>Where the efficiency goes (python -m harness.report.scaling_validation):</p>",
                   _table(scaling_validation.share_rows(fitted))]
     if collectives is not None and workload and workload.get("batch_size"):
         link = collectives_link(collectives)
         columns = (8, 64, 256, 1024)
-        rows = [["cell", *(f"E_G at {g}" for g in columns)]]
+        rows = [["cell", *(f"E_G at {g} (extrapolation)" for g in columns)]]
         for cell in cells:
             try:
                 model = scaling_model.model_of_records(cell["cell"], cell.get("records") or [],
@@ -249,8 +252,15 @@ def _scaling_model_section(published: Mapping | None, collectives: Mapping | Non
             predictions = scaling_model.predict(model, network, columns, base_gpus=1)
             rows.append([cell["cell"], *(f"{p.efficiency:.2f} [{p.efficiency_range[0]:.2f}, "
                                          f"{p.efficiency_range[1]:.2f}]" for p in predictions)])
+        try:
+            measured = scaling_check.check_rows({"workload": workload, "cells": list(cells)}, link)
+        except (ValueError, KeyError):
+            measured = []
         parts += [f"<h3>This machine's cells</h3><p class='note'>Every link as this machine's all-reduce "
-                  f"({html.escape(link.describe())}), relative to one rank.</p>", _table(rows)]
+                  f"({html.escape(link.describe())}), relative to one rank: extrapolations until checked on "
+                  "multi-node data. Beside them, each measured cell against its prediction from its 1-rank cell "
+                  "(python -m harness.report.scaling_validation --results).</p>", _table(rows),
+                  *([_table(measured)] if len(measured) > 1 else [])]
     return "".join(parts)
 
 
