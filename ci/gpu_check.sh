@@ -30,7 +30,7 @@
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
 #       -d .whl google-crc32c arch ruptures
 # A checkout without `pip install` gets the suite's plugin from the source tree.
-# Parts 2-5 record their cells into baselines/<system>.json (--update-baselines --repeat 3: a band
+# Parts 2-5 record their cells into baselines/<system>.json (--update-baselines --cell-repeats 3: a band
 # from three launches, the provenance the suite records), <system> named from the GPU
 # (torch.cuda.get_device_name(): h100-sxm, h100-pcie, h200-sxm, a100-sxm, ...; GPU_CHECK_SYSTEM
 # overrides it).
@@ -73,7 +73,7 @@ if ((cpu)); then
     dtypes=fp32,bf16
     reference_dtypes=fp32,bf16
     budget="${GPU_CHECK_BUDGET_S:-1800}"
-    workload=(--profile cpu-small --image-size 32 --batch-size 8 --warmup-steps 2 --steps 5 --num-workers 1
+    workload=(--workload-profile cpu-small --image-size 32 --batch-size 8 --warmup-steps 2 --steps 5 --num-workers 1
               --models resnet20)
     # the plumbing only: one round of three steps holds no harness/reference ratio worth a verdict
     reference_env=(DLSCALE_REFERENCE_ROUNDS=1 DLSCALE_REFERENCE_WORKLOAD=batch_size=8,warmup_steps=1,steps=3
@@ -108,7 +108,7 @@ EOF
     dtypes=fp32,tf32,bf16
     reference_dtypes=fp32,bf16
     budget="${GPU_CHECK_BUDGET_S:-690}"
-    workload=(--profile study --models resnet50)
+    workload=(--workload-profile study --models resnet50)
     reference_env=(DLSCALE_REFERENCE_DEVICE=cuda DLSCALE_REFERENCE_ROUNDS=2)
     # seconds each part took on one H200 (2026-11-27, torch 2.11): a launch 15-22 s whatever its
     # dtype, of which the 60 measured steps are 2-4 s (start-up: torchrun, CUDA, NCCL, cuDNN's
@@ -250,8 +250,8 @@ sys.exit(not any(e.name == "dlscale" for e in m.entry_points(group="pytest11")))
     export PYTEST_PLUGINS=harness.plugin
 fi
 suite=("$python" -m pytest -m scaling --pyargs harness.bench -p no:cacheprovider --launcher torchrun
-       --device "$device" "${workload[@]}" --no-history --results-dir="$out/results")
-record=(--update-baselines --repeat 3 --measure-budget 0 --system "$system" --baselines-dir="$baselines")
+       --rank-device "$device" "${workload[@]}" --no-history --results-dir="$out/results")
+record=(--update-baselines --cell-repeats 3 --measure-budget 0 --system "$system" --baselines-dir="$baselines")
 
 part reference env DLSCALE_BENCHMARKS=1 DLSCALE_REFERENCE_FRAMEWORKS=ddp DLSCALE_REFERENCE_RANKS="$rank_list" \
     DLSCALE_REFERENCE_DTYPES="$reference_dtypes" "${reference_env[@]}" \

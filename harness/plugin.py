@@ -8,6 +8,7 @@ sessions that select no dlscale cell: their tests are not parametrized, no signa
 installed, nothing is written and nothing is printed."""
 from __future__ import annotations
 
+import argparse
 import collections
 import dataclasses
 import os
@@ -18,6 +19,8 @@ import pytest
 from _pytest.runner import runtestprotocol  # pytest's own protocol with its reports returned, not told
 
 from harness.common.interrupts import INTERRUPTED_EXIT_STATUS, INTERRUPTS
+from harness.config.renames import RENAMED, DeprecatedOption
+from harness.config.site_settings import resolve
 from harness.judging.kinds import PairedKind, VerdictKind
 from harness.judging.outcome import Confirmed, FailureRule, decided_line, failure_message, judged_line, to_confirm
 from harness.judging.paired import CALLS
@@ -27,6 +30,7 @@ from harness.judging.work import WorkChange, baseline_reading
 from harness.machine.references import describe_difference
 from harness.report.framework_comparison import PUBLISHED_NOTES, REFERENCE_FRAMEWORK, comparison_rows, framework_ratios
 from harness.report.html import COLLECTIVES_FILE, junit_properties, write_report
+from harness.report.scaling_check import session_lines as scaling_model_lines
 from harness.report.tables import accuracy_rows, format_table, paired_rows, summary_rows
 from harness.session.cli import OPTIONS, REPEATABLE, SWITCH
 from harness.session.deadline import CUT_FOR_TIME_EXIT_STATUS, Deadline, measured_durations, session_deadline
@@ -67,17 +71,60 @@ HELD_KEY = pytest.StashKey[list]()
 CELL_FIXTURE, ACCURACY_CELL_FIXTURE = "dlscale_cell", "dlscale_accuracy_cell"
 """The arguments a test takes to be parametrized by the matrix: names no other project uses."""
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Every option (harness.session.cli), a renamed one's old name as a hidden deprecated alias
+    where no other plugin adds it (harness.config.renames), and each site setting's ini key."""
     group = parser.getgroup("dlscale", "dlscale scaling suite")
     for option in OPTIONS:
-        help_text = option.full_help().replace("%", "%%")  # argparse formats help with %
-        if option.kind == SWITCH:
-            group.addoption(option.flag, dest=f"dlscale_{option.dest}", action="store_true", help=help_text)
-        elif option.kind == REPEATABLE:
-            group.addoption(option.flag, dest=f"dlscale_{option.dest}", action="append", default=[],
-                            metavar=option.value_name, help=f"{help_text} (repeatable)")
-        else:
-            group.addoption(option.flag, dest=f"dlscale_{option.dest}", type=option.kind, default=None,
-                            metavar=option.value_name, help=help_text)
+        help_text = (option.full_help() + option.site_help()).replace("%", "%%")  # argparse formats help with %
+        _add_option(group, option, option.flag, f"dlscale_{option.dest}", help_text)
+        if option.alias:
+            _add_option(group, option, option.alias, _FORMERLY + option.dest, argparse.SUPPRESS)
+        if option.site:
+            parser.addini(option.ini_key, f"dlscale: {option.flag} for every session of the project (the command line "
+                          f"wins over it, it over ${option.environment_variable})", default="")
+
+
+_FORMERLY = "dlscale_formerly_"
+"""The config name of a renamed option's old name: ``dlscale_formerly_<dest>``."""
+
+
+def _add_option(group, option, flag: str, dest: str, help_text: str) -> None:
+    if option.kind == SWITCH:
+        group.addoption(flag, dest=dest, action="store_true", help=help_text)
+    elif option.kind == REPEATABLE:
+        group.addoption(flag, dest=dest, action="append", default=[], metavar=option.value_name,
+                        help=help_text if help_text == argparse.SUPPRESS else f"{help_text} (repeatable)")
+    else:
+        group.addoption(flag, dest=dest, type=option.kind, default=None, metavar=option.value_name, help=help_text)
+
+
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """A renamed option's old name that no plugin took (one another plugin adds, so that dlscale
+    keeps no alias of it) is a usage error naming the new name, not argparse's bare "unrecognized
+    arguments"."""
+    _, unknown = parser.parse_known_and_unknown_args(args)
+    for entry in RENAMED:
+        if not entry.kept_as_alias and any(arg == entry.old or arg.startswith(entry.old + "=") for arg in unknown):
+            raise pytest.UsageError(f"dlscale's {entry.old} is now {entry.new} ({entry.why})")
+
+
+def _setting(config: pytest.Config, option) -> object:
+    """An option's value: the command line's (its old name's, warning, where the new one is not
+    given), else for a site setting the ini file's, else the environment's; None (False for a
+    switch) where none gives it."""
+    value = config.getoption(f"dlscale_{option.dest}")
+    if option.alias and (former := config.getoption(_FORMERLY + option.dest)) not in (None, False):
+        config.issue_config_time_warning(DeprecatedOption(option.renamed.warning()), stacklevel=2)
+        value = former if value in (None, False) else value
+    if not option.site:
+        return value
+    try:
+        given = resolve(option.dest, option.kind, value, config.getini(option.ini_key), os.environ,
+                        ini_dir=Path(config.inipath).parent if config.inipath else config.rootpath,
+                        variable=option.environment_variable)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    return given and given.value
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -86,8 +133,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Output capture is suspended while plugins are configured: this is the terminal (or log) the
     # interrupt notices must reach from a signal handler, past any capture.
     config.stash[TERMINAL_FD_KEY] = os.dup(2)
-    values = {option.dest: config.getoption(f"dlscale_{option.dest}") for option in OPTIONS
-              if option.kind not in (SWITCH, REPEATABLE)}
+    settings = {option.dest: _setting(config, option) for option in OPTIONS if option.kind != REPEATABLE}
+    values = {option.dest: settings[option.dest] for option in OPTIONS if option.kind not in (SWITCH, REPEATABLE)}
     values = {key: value for key, value in values.items() if value is not None}
     session = session_name()
     root = project_root(config.inipath, config.invocation_params.dir)
@@ -107,7 +154,7 @@ def pytest_configure(config: pytest.Config) -> None:
     values["count_instructions"] = config.getoption("dlscale_count_instructions")
     values["accept_regressions"] = config.getoption("dlscale_accept_regressions")
     values["channels_last"] = config.getoption("dlscale_channels_last")
-    values["compile"] = config.getoption("dlscale_compile")
+    values["compile"] = settings["compile"]
     values["duet"] = config.getoption("dlscale_duet")
     try:
         config.stash[SUITE_KEY] = Suite(SuiteOptions(update_baselines=config.getoption("dlscale_update_baselines"),
@@ -537,6 +584,12 @@ def _write_summary(terminalreporter, suite: Suite) -> None:
     _write_huge_pages(terminalreporter, suite)
     _write_start_up_delay(terminalreporter, suite)
     terminalreporter.write_line(format_table(summary_rows([result.to_json() for result in suite.results])))
+    collectives = project_root(terminalreporter.config.inipath,
+                               terminalreporter.config.invocation_params.dir) / COLLECTIVES_FILE
+    for line in scaling_model_lines([result.to_json() for result in suite.results], collectives=collectives,
+                                    batch_per_gpu=ready.workload.batch_size,
+                                    num_classes=ready.workload.num_classes):
+        terminalreporter.write_line(line)
     ratios = framework_ratios((result.cell, result.records) for result in suite.results if result.metrics)
     if ratios:
         terminalreporter.write_line(f"frameworks side by side (throughput over {REFERENCE_FRAMEWORK}'s, same run):")

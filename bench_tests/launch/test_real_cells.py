@@ -145,7 +145,7 @@ def test_every_framework_and_loader_trains_on_every_rank(framework, launcher, lo
 
 
 def test_inside_an_allocation_whether_cells_use_gpus_is_asked_of_a_job_step():
-    """``--device auto`` after salloc: the allocation's variables say no GPU, so a one-task probe
+    """``--rank-device auto`` after salloc: the allocation's variables say no GPU, so a one-task probe
     step asks torch on the job's node (here the local cluster's, which has none)."""
     needs("slurm", LAUNCHERS.create("srun").unavailable_reason())
     probe = ("from harness.session.preflight import uses_gpus; from harness.launch.launchers import gpus_a_job_step_sees; "

@@ -4,7 +4,7 @@ unchanged reruns of ddp-synthetic-resnet50-g1 never fail and at least 8 pass, a 
 regression (torch's ATen kernels without vector instructions: -17% to -22% in this cell here) is
 caught in at least 9 of 10, as is a 15% sleep inside every step, and 3 unchanged reruns while
 another job competes for the cores never fail. The baseline is 10 measurements, as
-``--update-baselines --repeat 10`` records it (with 5, the band's t-factor of 4.6 would make it as
+``--update-baselines --cell-repeats 10`` records it (with 5, the band's t-factor of 4.6 would make it as
 wide as the regressions). About 35 minutes on a 2-core machine, so it runs only when asked for:
 ``pytest -m selftest bench_tests/launch/test_selftest.py -s``. A five-measurement run of the same
 machinery on a tiny cell, with no claim on power, runs with the other launch tests (with ResNet50:

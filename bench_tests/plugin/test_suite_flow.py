@@ -234,7 +234,7 @@ def test_unknown_names_are_usage_errors(suite, flags, message):
 def test_data_that_is_not_an_image_folder_stops_before_any_process(suite, pytester):
     flat = pytester.mkdir("flat")
     (flat / "a.jpg").write_bytes(b"")
-    result = suite("--loaders", "native", "--data", str(flat))
+    result = suite("--loaders", "native", "--dlscale-data", str(flat))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*is not an ImageFolder tree*"])
     assert not (pytester.path / "results").exists()
@@ -244,7 +244,7 @@ def test_default_rank_counts_beyond_the_allocation_are_skipped_with_the_reason(s
     """Counts asked for with --gpus must fit (test_bad_input.py); the default ones that do not are skipped."""
     monkeypatch.setenv("SLURM_JOB_ID", "4242")  # an allocation of one task
     monkeypatch.setenv("SLURM_NTASKS", "1")
-    result = suite("--loaders", "synthetic", "--device", "cpu", "-k", "g2", "-rs")
+    result = suite("--loaders", "synthetic", "--rank-device", "cpu", "-k", "g2", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines([f"*{G2} needs 2 ranks but the Slurm allocation 4242 "
                                  "(1 node(s)) holds 1 task(s)*"])

@@ -46,7 +46,7 @@ def test_an_ab_cells_test_fails_exactly_where_its_final_verdict_is_regressed(pyt
     pytester.makepyfile(test_cells=A_B_CELLS)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--junitxml", "junit.xml", "--against", "env:DLSCALE_UNIT_AB=1",
-        "--launcher", "torchrun", "--device", "cpu", "--frameworks", "ddp", "--loaders", "synthetic",
+        "--launcher", "torchrun", "--rank-device", "cpu", "--frameworks", "ddp", "--loaders", "synthetic",
         "--models", "resnet20,resnet44,resnet50,resnet101", "--gpus", "1", "--no-history")
     outcomes = {case.get("name"): case for case in ElementTree.parse(pytester.path / "junit.xml").iter("testcase")}
     failed = sorted(name for name, case in outcomes.items() if case.find("failure") is not None)
@@ -139,7 +139,7 @@ def test_a_confirmed_cells_test_waits_for_the_control_where_its_confirmation_sta
     pytester.makepyfile(test_cells=CONFIRMED_CELLS)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--junitxml", "junit.xml", "--confirm", "--system-changes", "pass",
-        "--launcher", "torchrun", "--device", "cpu", "--frameworks", "ddp", "--loaders", "synthetic",
+        "--launcher", "torchrun", "--rank-device", "cpu", "--frameworks", "ddp", "--loaders", "synthetic",
         "--models", "resnet20,resnet44", "--gpus", "1", "--no-history")
     outcomes = {case.get("name"): case for case in ElementTree.parse(pytester.path / "junit.xml").iter("testcase")}
     failures = {name: case.find("failure").get("message") for name, case in outcomes.items()

@@ -31,7 +31,7 @@ class DatasetShape:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Profile:
-    """A named workload preset (``--profile``): what each rank trains with, on which generated data."""
+    """A named workload preset (``--workload-profile``): what each rank trains with, on which generated data."""
 
     workload: Workload
     dataset: DatasetShape

@@ -5,6 +5,7 @@ import dataclasses
 from pathlib import Path
 
 from harness.config.cells import PROFILES
+from harness.config.renames import flag_of
 from harness.machine.huge_pages import MODES as HUGE_PAGES
 
 
@@ -65,9 +66,9 @@ class SuiteOptions:
     measure_budget: float = DEFAULT_MEASURE_BUDGET_S
     """Seconds a cell may spend in further launches to reach ``precision`` or a clear verdict."""
     repeat: int = 1
-    """Independent measurements per cell; with --update-baselines their spread sets the band."""
+    """Independent measurements per cell (``--cell-repeats``); with --update-baselines their spread sets the band."""
     band_floor: float = 0.05
-    """Narrowest band --repeat may derive."""
+    """Narrowest band --cell-repeats may derive."""
     widest_baseline: float = 0.10
     """Relative half-width of a measured interval beyond which ``--update-baselines`` keeps the
     old baseline: a reference that uncertain cannot place a band of 5-15%."""
@@ -130,13 +131,13 @@ def check_settings(options: SuiteOptions) -> None:
     for name, least in AT_LEAST.items():
         value = getattr(options, name)
         if value is not None and not value >= least:
-            raise SuiteError(f"--{name.replace('_', '-')} must be at least {least}, got {value}")
+            raise SuiteError(f"{flag_of(name)} must be at least {least}, got {value}")
     for name in ABOVE_ZERO:
         value = getattr(options, name)
         if value is not None and not value > 0:
-            raise SuiteError(f"--{name.replace('_', '-')} must be greater than 0, got {value}")
+            raise SuiteError(f"{flag_of(name)} must be greater than 0, got {value}")
     if options.profile not in ("auto", *PROFILES):
-        raise SuiteError(f"--profile: unknown profile {options.profile!r}; valid names: auto, {', '.join(PROFILES)}")
+        raise SuiteError(f"{flag_of('profile')}: unknown profile {options.profile!r}; valid names: auto, {', '.join(PROFILES)}")
     if options.against and options.update_baselines:
         raise SuiteError("--against compares two environments in this session and records no baseline: "
                          "leave out --update-baselines")
@@ -157,4 +158,4 @@ def check_settings(options: SuiteOptions) -> None:
     if options.huge_pages not in HUGE_PAGES:
         raise SuiteError(f"--huge-pages: {options.huge_pages!r} is not one of {', '.join(HUGE_PAGES)}")
     if options.device not in DEVICES:
-        raise SuiteError(f"--device: unknown device {options.device!r}; valid names: {', '.join(DEVICES)}")
+        raise SuiteError(f"{flag_of('device')}: unknown device {options.device!r}; valid names: {', '.join(DEVICES)}")

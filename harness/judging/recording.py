@@ -1,6 +1,6 @@
 """How a cell's measurements become its baseline entry: the recording policy of ``--update-baselines``.
 
-Pure functions of data: a cell's judged measurements (one per ``--repeat``) in, the baseline entry
+Pure functions of data: a cell's judged measurements (one per ``--cell-repeats``) in, the baseline entry
 or the reason it is not recorded out. Writing the file is :mod:`harness.store.baselines`' job.
 
 - A cell judged ``fail`` is not recorded unless the user accepts the regression, and a cell whose

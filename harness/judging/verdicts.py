@@ -49,7 +49,7 @@ class Reference:
     defaulted: bool = False
     """True when the file gave no band and a default stands in."""
     repeats: int | None = None
-    """How many measurements the band was derived from (``--update-baselines --repeat``): it is
+    """How many measurements the band was derived from (``--update-baselines --cell-repeats``): it is
     then the prediction interval of one more launch, and narrows for a measurement pooled from
     several (:meth:`for_launches`). ``None``: a default or hand-written band, taken as it is."""
 

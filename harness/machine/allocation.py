@@ -90,7 +90,7 @@ class Allocation:
         if uses_gpus:
             if self.gpus_per_node == 0:
                 return 0, (f"{where}) holds no GPU ({self.gpu_source}); ask for GPUs (--gpus-per-node) or run "
-                           f"with --device cpu; set {GPU_OVERRIDE} if it does hold GPUs")
+                           f"with --rank-device cpu; set {GPU_OVERRIDE} if it does hold GPUs")
             capacity = self.nodes * self.ranks_per_node
             words = f"{where}, {self.gpus_per_node} GPU(s) per node from {self.gpu_source}"
             if self.ranks_per_node < self.gpus_per_node:

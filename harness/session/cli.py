@@ -14,6 +14,8 @@ from pathlib import Path
 
 from harness.config.cells import DEFAULT_MATRIX
 from harness.config.options import SPENDING_RULES, SuiteOptions
+from harness.config.renames import Renamed, renamed
+from harness.config.site_settings import environment_variable, ini_key
 from harness.judging.tunables import DEFAULT_TUNABLES
 from harness.launch.launchers import LAUNCHERS
 from harness.launch.runner import RunLimits
@@ -38,10 +40,32 @@ class Option:
     """The value's type, or :data:`SWITCH` (present or not) or :data:`REPEATABLE` (a string, given
     as often as needed)."""
     metavar: str | None = None
+    site: bool = False
+    """A site's setting: also read from the ini file and the environment (harness.config.site_settings)."""
+    environment: str | None = None
+    """A site setting's environment variable where it is not ``DLSCALE_<DEST>`` (one older than the rule)."""
 
     @property
     def value_name(self) -> str:
         return self.metavar or self.dest.upper()
+
+    @property
+    def ini_key(self) -> str | None:
+        return ini_key(self.dest) if self.site else None
+
+    @property
+    def environment_variable(self) -> str | None:
+        return (self.environment or environment_variable(self.dest)) if self.site else None
+
+    @property
+    def renamed(self) -> Renamed | None:
+        """Its renaming, where it had another name (harness.config.renames)."""
+        return renamed(self.dest)
+
+    @property
+    def alias(self) -> str | None:
+        """Its old name, where that still works (deprecated)."""
+        return self.renamed.old if self.renamed and self.renamed.kept_as_alias else None
 
     @property
     def default(self) -> object:
@@ -53,10 +77,15 @@ class Option:
     def full_help(self) -> str:
         """The help with the declared default, unless the help says its own (a default that is not
         a value, such as ``$DLSCALE_SYSTEM``)."""
-        default = self.default
-        if self.kind in (SWITCH, REPEATABLE) or default is None or "(default" in self.help:
-            return self.help
-        return f"{self.help} (default {default:g})" if isinstance(default, float) else f"{self.help} (default {default})"
+        default, help_text = self.default, self.help
+        if not (self.kind in (SWITCH, REPEATABLE) or default is None or "(default" in self.help):
+            help_text += f" (default {default:g})" if isinstance(default, float) else f" (default {default})"
+        return f"{help_text}; {self.renamed.note()}" if self.renamed else help_text
+
+    def site_help(self) -> str:
+        """Where else a site setting may be given, for pytest's help."""
+        return (f"; also ini {self.ini_key} or ${self.environment_variable} (the command line over the ini file over "
+                "the environment)") if self.site else ""
 
 
 LIMITS = {"cell_timeout": "timeout_s", "hang_timeout": "heartbeat_s"}
@@ -71,33 +100,34 @@ OPTIONS = (
     Option("--launcher", "launcher", f"how ranks start: {', '.join(LAUNCHERS.names())} (default: srun inside an "
            "allocation or when a Slurm cluster answers, else torchrun); inside an allocation torchrun starts one "
            "agent per node through srun, horovodrun starts Horovod with its Gloo controller, deepspeed is "
-           "DeepSpeed's own launcher (one node)"),
+           "DeepSpeed's own launcher (one node)", site=True),
     Option("--gpus", "gpus", "comma-separated rank (GPU) counts, e.g. 1,2,4 (default "
            f"{','.join(map(str, DEFAULT_MATRIX.ranks))}); a count larger than the allocation or machine offers is an "
-           "error saying what it offers, a default count that does not fit is skipped with the reason"),
-    Option("--frameworks", "frameworks", f"comma-separated frameworks {_names(FRAMEWORKS, DEFAULT_MATRIX.frameworks)}"),
-    Option("--loaders", "loaders", f"comma-separated loaders {_names(LOADERS, DEFAULT_MATRIX.loaders)}"),
-    Option("--models", "models", f"comma-separated models {_names(MODELS, DEFAULT_MATRIX.models)}"),
+           "error saying what it offers, a default count that does not fit is skipped with the reason", site=True),
+    Option("--frameworks", "frameworks", f"comma-separated frameworks {_names(FRAMEWORKS, DEFAULT_MATRIX.frameworks)}", site=True),
+    Option("--loaders", "loaders", f"comma-separated loaders {_names(LOADERS, DEFAULT_MATRIX.loaders)}", site=True),
+    Option("--models", "models", f"comma-separated models {_names(MODELS, DEFAULT_MATRIX.models)}", site=True),
     Option("--dtypes", "dtypes", "comma-separated arithmetic the cells train in, each a cell of its own: fp32 (TF32 "
            "off), tf32 (GPU), bf16 (autocast; DeepSpeed's own bf16), fp16 (GPU: autocast and a gradient scaler; "
            "DeepSpeed's own fp16); torch's frameworks only (default fp32)"),
     Option("--channels-last", "channels_last", "torch's cells train on channels-last tensors (NHWC), each a cell "
            "of its own", SWITCH),
-    Option("--compile", "compile", "torch's cells train a model compiled by torch.compile, each a cell of its own",
+    Option("--torch-compile", "compile", "torch's cells train a model compiled by torch.compile, each a cell of its own",
            SWITCH),
-    Option("--system", "system", "baseline file name (default: $DLSCALE_SYSTEM, else the Slurm cluster name or the "
-           "host, with :<partition> where one is known)"),
+    Option("--system", "system", "baseline file name (default: the Slurm cluster name or the host, with "
+           ":<partition> where one is known)", site=True),
     Option("--partition", "partition", "Slurm partition srun starts the cells in; the baselines are then "
-           "<system>:<partition>.json (default: the allocation's, else none)"),
+           "<system>:<partition>.json (default: the allocation's, else none)", site=True),
     Option("--baselines-dir", "baselines_dir", "directory of <system>.json baseline files (default: baselines/)",
-           Path),
-    Option("--data", "data", "ImageFolder dataset for file-reading loaders (default: the generated dataset)", Path),
-    Option("--data-tfrecord", "data_tfrecord", "indexed TFRecord shards for the -tfrecord loaders (default: the "
-           "generated dataset's, converted once)", Path),
-    Option("--profile", "profile", "workload preset: auto, study (224 px, 64/GPU, ResNet50), cpu-small (32 px, "
+           Path, site=True),
+    Option("--dlscale-data", "data", "ImageFolder dataset for file-reading loaders (default: the generated dataset)",
+           Path, site=True),
+    Option("--dlscale-data-tfrecord", "data_tfrecord", "indexed TFRecord shards for the -tfrecord loaders (default: the "
+           "generated dataset's, converted once)", Path, site=True),
+    Option("--workload-profile", "profile", "workload preset: auto, study (224 px, 64/GPU, ResNet50), cpu-small (32 px, "
            "16/rank, ResNet50) or cpu-cifar (ResNet44 on 32 px CIFAR-shaped data, 10 classes, 32/rank) (default "
            "auto: study with a GPU, cpu-small without)"),
-    Option("--device", "device", "auto, cpu or cuda (default auto: inside a Slurm allocation its GPU variables, else "
+    Option("--rank-device", "device", "auto, cpu or cuda (default auto: inside a Slurm allocation its GPU variables, else "
            "a one-task probe job step asking torch on the job's node, else this machine)"),
     Option("--image-size", "image_size", "image side in pixels (overrides the profile)", int),
     Option("--batch-size", "batch_size", "images per rank per step (overrides the profile)", int),
@@ -116,15 +146,15 @@ OPTIONS = (
            "ranks; thp or pool ask for one (pool is refused where no pool is reserved), off for none; a "
            "GLIBC_TUNABLES of your own that sets the tunable wins", str, "MODE"),
     Option("--results-dir", "results_dir", "where each session gets its own directory <start time>-<job or pid> "
-           "(cells' files, results.json); <dir>/latest points at the newest (default: results/)", Path),
+           "(cells' files, results.json); <dir>/latest points at the newest (default: results/)", Path, site=True),
     Option("--results-json", "results_json", "write every cell's full record (all ranks' per-step samples) to this "
            "JSON file, rewritten after each cell; {session} stands for the session's name (default: <session "
            "dir>/results.json)", Path),
-    Option("--report", "report", "write an HTML report (summary, plots, each cell's history trend, breakdown, "
+    Option("--dlscale-report", "report", "write an HTML report (summary, plots, each cell's history trend, breakdown, "
            "time-to-train, fingerprints) into this directory; {session} stands for the session's name "
            "(python -m harness.report.html RESULTS --out DIR for a results file)", Path),
     Option("--history-dir", "history_dir", "append each measured cell to <dir>/<system>.jsonl (default: history/); "
-           "python -m harness.report.history <dir>/<system>.jsonl reports change points", Path),
+           "python -m harness.report.history <dir>/<system>.jsonl reports change points", Path, site=True),
     Option("--no-history", "no_history", "do not append this session's cells to the history store", SWITCH),
     Option("--update-baselines", "update_baselines", "record the completed cells' figures as the system's new "
            "baselines, this machine type's entries (other types' are kept), and accept each recorded cell's level in "
@@ -135,7 +165,7 @@ OPTIONS = (
            "is launched again until it gets there", float),
     Option("--measure-budget", "measure_budget", "seconds a cell may spend in further launches for precision or a "
            "clear verdict", float),
-    Option("--repeat", "repeat", "independent measurements per cell, each judged; with --update-baselines the band "
+    Option("--cell-repeats", "repeat", "independent measurements per cell, each judged; with --update-baselines the band "
            "is derived from their spread", int),
     Option("--widest-baseline", "widest_baseline", "relative half-width of a cell's 95% interval beyond which "
            "--update-baselines keeps its old baseline, and says why: a burst of other work on the node is not "
@@ -153,7 +183,8 @@ OPTIONS = (
     Option("--launch-env", "launch_env", "a variable every rank of every cell gets, over --launch-env-file; each "
            "rank records what it saw", REPEATABLE, "NAME=VALUE"),
     Option("--launch-env-file", "launch_env_file", "NAME=VALUE lines every rank of every cell gets, e.g. the fast "
-           "network's NCCL_SOCKET_IFNAME; see ci/examples/site.env (default: $DLSCALE_ENV_FILE)", Path),
+           "network's NCCL_SOCKET_IFNAME; see ci/examples/site.env", Path, site=True,
+           environment="DLSCALE_ENV_FILE"),
     Option("--cell-timeout", "cell_timeout", "seconds a cell may take in all", float),
     Option("--hang-timeout", "hang_timeout", "seconds without progress from any rank before a cell counts as hung",
            float),
@@ -193,12 +224,14 @@ TABLE_END = "<!-- end of the generated options -->"
 
 
 def markdown_table() -> str:
-    """Every option with its help and declared default, as docs/usage.md shows them."""
-    lines = ["| option | meaning |", "|---|---|"]
+    """Every option with its help and declared default, and a site setting's ini key and environment
+    variable, as docs/usage.md shows them."""
+    lines = ["| option | ini key, environment variable | meaning |", "|---|---|---|"]
     for option in OPTIONS:
         value = "" if option.kind == SWITCH else f" {option.value_name}"
+        site = f"`{option.ini_key}`, `${option.environment_variable}`" if option.site else ""
         meaning = option.full_help().replace("|", "\\|")
-        lines.append(f"| `{option.flag}{value}` | {meaning} |")
+        lines.append(f"| `{option.flag}{value}` | {site} | {meaning} |")
     return "\n".join(lines)
 
 

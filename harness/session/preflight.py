@@ -151,7 +151,7 @@ def check_instructions(options: SuiteOptions, uses_gpus: bool) -> None:
         return
     if uses_gpus:
         raise SuiteError("--count-instructions counts CPU ranks' host instructions under callgrind; a GPU rank's "
-                         "work is in its kernels (counted work, --device cpu for instructions)")
+                         "work is in its kernels (counted work, --rank-device cpu for instructions)")
     if reason := missing_tools():
         raise SuiteError(f"--count-instructions: {reason}")
 
@@ -167,7 +167,7 @@ def machine_may_have_gpus() -> bool:
 
 
 def uses_gpus(device: str, env: Mapping[str, str] = os.environ) -> bool:
-    """Whether the cells run on GPUs. ``--device cpu`` or ``cuda`` says; ``auto`` asks where the
+    """Whether the cells run on GPUs. ``--rank-device cpu`` or ``cuda`` says; ``auto`` asks where the
     ranks will run: inside a Slurm allocation the allocation (its GPU variables, else a one-task
     probe job step: after ``salloc`` on a login node this process's own node is not the job's),
     elsewhere this machine."""
@@ -187,8 +187,8 @@ def uses_gpus(device: str, env: Mapping[str, str] = os.environ) -> bool:
     try:
         seen = gpus_a_job_step_sees(job)
     except RuntimeError as error:
-        raise SuiteError(f"--device auto: whether the Slurm allocation {job.job_id} has GPUs could not be asked "
-                         f"({error}); say it with --device cpu or --device cuda") from None
+        raise SuiteError(f"--rank-device auto: whether the Slurm allocation {job.job_id} has GPUs could not be asked "
+                         f"({error}); say it with --rank-device cpu or --rank-device cuda") from None
     if seen and env is os.environ:
         # The allocation's variables do not say what the step saw: record it as a site would, so
         # that the rank capacity and srun's one-rank-per-GPU layout count these GPUs too.
@@ -293,7 +293,7 @@ def check_writable_places(o: SuiteOptions) -> None:
     """Everything the session will write must be writable before the first cell, not after it."""
     places = [("--results-dir", o.workdir, o.workdir),
               ("--results-json", o.results_json, o.results_json.parent if o.results_json else None),
-              ("--report", o.report, o.report), ("--history-dir", o.history_dir, o.history_dir),
+              ("--dlscale-report", o.report, o.report), ("--history-dir", o.history_dir, o.history_dir),
               ("--baselines-dir", o.baselines_dir, o.baselines_dir if o.update_baselines else None)]
     for option, given, directory in places:
         why = unwritable(directory) if directory is not None else None
@@ -333,13 +333,13 @@ def prepare_data(options: SuiteOptions, loaders: set[str], shape: DatasetShape) 
     folder = tfrecord = None
     try:
         if options.data is not None and (needs_folder or needs_tfrecord):
-            folder = _given_data("--data", options.data, validate_image_folder)
+            folder = _given_data("--dlscale-data", options.data, validate_image_folder)
         elif needs_folder or (needs_tfrecord and options.data_tfrecord is None):
             folder = ensure(DATA_CACHE / shape.name, classes=shape.classes, per_class=shape.per_class, size=shape.size)
         if needs_tfrecord and options.data_tfrecord is not None:
-            tfrecord = _given_data("--data-tfrecord", options.data_tfrecord, open_tfrecord_set)
+            tfrecord = _given_data("--dlscale-data-tfrecord", options.data_tfrecord, open_tfrecord_set)
         elif needs_tfrecord and options.data is not None:
-            raise SuiteError("the -tfrecord loaders read TFRecord shards: pass --data-tfrecord DIR (make one "
+            raise SuiteError("the -tfrecord loaders read TFRecord shards: pass --dlscale-data-tfrecord DIR (make one "
                              f"from your ImageFolder with: python -m harness.data.tfrecord --from {options.data} "
                              "--to DIR)")
         elif needs_tfrecord:

@@ -2,7 +2,7 @@
 one checkout never share cell files, and ``results/latest`` pointing at the newest one.
 
 Paths given on the command line may carry ``{session}``, the session's name (as ReFrame's report
-paths carry ``{sessionid}``), e.g. ``--report 'results/{session}/report'``.
+paths carry ``{sessionid}``), e.g. ``--dlscale-report 'results/{session}/report'``.
 """
 from __future__ import annotations
 

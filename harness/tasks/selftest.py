@@ -8,7 +8,7 @@ One cell of the default matrix (``ddp-synthetic-resnet50-g1``) is measured by th
 rank, launcher, precision, measuring budget and relaunch rule, contention guard, yardstick, the
 judging of :mod:`harness.judging.verdicts`). Nothing here measures or judges on its own.
 
-1. The baseline is recorded as ``--update-baselines --repeat N`` records it, into a private
+1. The baseline is recorded as ``--update-baselines --cell-repeats N`` records it, into a private
    baseline file (``<workdir>/baselines``).
 2. The cell is then measured again, in a shuffled order: ``--repeats`` times unchanged, as often
    with each injected regression, and ``--neighbour-runs`` times unchanged while another job takes
@@ -120,7 +120,7 @@ class SelftestConfig:
     repeats: int = 10
     """Reruns of each kind: unchanged, and with each regression."""
     baseline_runs: int = 10
-    """Measurements the baseline is recorded from (``--update-baselines --repeat``)."""
+    """Measurements the baseline is recorded from (``--update-baselines --cell-repeats``)."""
     regressions: tuple[Regression, ...] = ()
     """Injected regressions; none given: the ``compute`` regression of this machine."""
     neighbour_runs: int = 0
@@ -263,7 +263,7 @@ class SelftestReport:
 
 def suite_for(config: SelftestConfig, regression: Regression = UNCHANGED, *, record: bool = False) -> Suite:
     """The suite ``ci/suite`` would be, restricted to the self-test cell's series, reading (or, with
-    ``record``, writing with ``--repeat``) the self-test's private baseline file."""
+    ``record``, writing with ``--cell-repeats``) the self-test's private baseline file."""
     cell = config.cell
     options = {
         **config.suite_options,
@@ -403,7 +403,7 @@ def format_report(report: SelftestReport) -> str:
         f"cell {c.cell.id} as the suite measures it: launcher {report.launcher}, "
         f"{report.cores_per_rank or 'shared'} core(s) per rank, {w['image_size']} px, batch {w['batch_size']}, "
         f"{w['steps']} timed steps ({w['warmup_steps']} warm-up)",
-        f"baseline: {len(runs)} measurements (--update-baselines --repeat {len(runs)}), {report.reference.value:.2f} "
+        f"baseline: {len(runs)} measurements (--update-baselines --cell-repeats {len(runs)}), {report.reference.value:.2f} "
         f"img/s (measured {min(runs):.2f} to {max(runs):.2f}), band {report.reference.lower:+.1%} / "
         f"{report.reference.upper:+.1%}",
         format_table(report_rows(report)),

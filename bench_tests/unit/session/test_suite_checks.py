@@ -16,14 +16,14 @@ from harness.session.preflight import unwritable
 
 
 @pytest.mark.parametrize("option, value, message", [
-    ("repeat", 0, "--repeat must be at least 1, got 0"),
+    ("repeat", 0, "--cell-repeats must be at least 1, got 0"),
     ("steps", 0, "--steps must be at least 1, got 0"),
     ("warmup_steps", -1, "--warmup-steps must be at least 0, got -1"),
     ("measure_budget", float("nan"), "--measure-budget must be at least 0, got nan"),
     ("precision", 0.0, "--precision must be greater than 0, got 0.0"),
     ("hang_timeout", -5.0, "--hang-timeout must be greater than 0, got -5.0"),
-    ("profile", "huge", "--profile: unknown profile 'huge'; valid names: auto, study, cpu-small, cpu-cifar"),
-    ("device", "gpu", "--device: unknown device 'gpu'; valid names: auto, cpu, cuda"),
+    ("profile", "huge", "--workload-profile: unknown profile 'huge'; valid names: auto, study, cpu-small, cpu-cifar"),
+    ("device", "gpu", "--rank-device: unknown device 'gpu'; valid names: auto, cpu, cuda"),
 ])
 def test_a_setting_no_cell_can_run_with_is_named(option, value, message):
     with pytest.raises(SuiteError) as error:
@@ -96,7 +96,7 @@ def test_whether_cells_use_gpus_is_decided_where_the_ranks_run(monkeypatch, devi
 
 
 def test_outside_an_allocation_torch_is_asked_only_where_the_kernel_shows_a_gpu():
-    """A session on a machine without GPU device files decides --device auto without importing torch
+    """A session on a machine without GPU device files decides --rank-device auto without importing torch
     (a usage error then takes a second, not five); where one exists, torch's answer counts."""
     ask = ("import sys; from harness.session.preflight import machine_may_have_gpus, uses_gpus; "
            "print(uses_gpus('auto', {}), 'torch' in sys.modules, machine_may_have_gpus())")
@@ -117,7 +117,7 @@ def test_an_allocation_that_cannot_be_asked_about_gpus_is_a_usage_error(monkeypa
 
     monkeypatch.setattr(preflight, "gpus_a_job_step_sees", probe)
     with pytest.raises(SuiteError, match=r"allocation 118 has GPUs could not be asked \(the probe step failed: "
-                                         r"srun: error: Unable to create step\); say it with --device cpu"):
+                                         r"srun: error: Unable to create step\); say it with --rank-device cpu"):
         preflight.uses_gpus("auto", ALLOCATION)
 
 

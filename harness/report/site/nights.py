@@ -1,6 +1,6 @@
 """Each cell's nights as the site draws them, read from the history's lines (``history/README.md``).
 
-A night is one run of one cell: its lines (several with ``--repeat``) pooled at the line of median
+A night is one run of one cell: its lines (several with ``--cell-repeats``) pooled at the line of median
 throughput, failed nights (verdict ``error`` or no throughput) kept as failures rather than left
 out. Acceptance lines (``"kind": "accepted"``) are not nights: :mod:`harness.judging.changepoints`
 reads them. The schema-2 fields (``baseline``, ``work``,
