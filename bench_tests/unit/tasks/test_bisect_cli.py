@@ -21,8 +21,10 @@ from harness.rank.cell import Cell
 from harness.rank.instructions import missing_tools
 from harness.rank.workload import Workload
 from harness.session.paired import PairedResult
-from harness.tasks.bisect import (Bisect, BudgetSpent, Settings, across_packages, cell_options, launch_settings,
-                                  report, succeeded)
+from harness.tasks.bisect import across_packages, cell_options
+from harness.tasks.bisect_report import report, succeeded
+from harness.tasks.bisect_search import Bisect
+from harness.tasks.bisect_settings import BudgetSpent, Settings, launch_settings
 from harness.tasks.bisect_points import (BisectError, Point, commits_between, package_moves, package_points,
                                          package_sets_of, version_points)
 
@@ -221,7 +223,7 @@ def test_a_state_is_refused_under_other_launch_settings_naming_each(tmp_path):
     and the seed are not launch settings."""
     state = tmp_path / "state.json"
     points = env_points(0, 1)
-    Bisect(Node(), CELL, tmp_path, points, QUICK, state, settings_bound=bound())._save()
+    Bisect(Node(), CELL, tmp_path, points, QUICK, state, settings_bound=bound()).save()
     other = bound(workload=Workload(image_size=32, batch_size=8, steps=7), launcher="srun", launch_environment={},
                   packages={"torch": "2.14.1", "numpy": "2.2.0"}, settings=dataclasses.replace(QUICK, min_effect=0.05))
     with pytest.raises(BisectError) as refused:
@@ -304,9 +306,9 @@ def test_a_regression_fixed_later_then_a_second_one_names_the_second_as_the_one_
     assert done["accounting"]["holds"], done["accounting"]
     assert succeeded([done])
     _, first, fix, second, accounted = report([done]).splitlines()
-    assert re.match(r"  culprit X=1: verified \(current/reference 0\.(39|40)", first) and \
+    assert re.match(r"  culprit X=1: verified \(made it slower: current/reference 0\.(39|40)", first) and \
         first.endswith("; undone later by X=2")
-    assert re.match(r"  fix X=2: verified \(current/reference 2\.[45]", fix) and second.startswith("  culprit X=3: verified")
+    assert re.match(r"  fix X=2: verified \(made it faster: current/reference 2\.[45]", fix) and second.startswith("  culprit X=3: verified")
     assert accounted.startswith("  the changes found account for the range's: 0.5")
     assert any(line.startswith("step 1: 2 point(s) between X=0 and X=3; midpoint X=1: beyond; a change each way")
                for line in said)
@@ -343,8 +345,9 @@ class WorkNode(Node):
 
 def test_where_the_ends_count_other_work_each_midpoint_is_placed_by_one_launch():
     """Seven commits, the fifth widening a layer: the ends' work differs, so each midpoint is one
-    launch placed by its work; the culprit is verified by its work against its parent's and its
-    speed stated by the pairs."""
+    launch placed by its work, and the range's ends are put to an A/B of their own (its slowdown);
+    the change of work is a culprit because its pairs say it made the step slower, and it accounts
+    for the range's slowdown, so no range of the same work is searched by time."""
     node, said = WorkNode(widened=5), []
     done = Bisect(node, CELL, Path("."), env_points(*range(7)), QUICK, Path(tempfile.mkdtemp()) / "state.json",
                   settings_bound=bound(), seed=5, say=said.append).run()
@@ -352,12 +355,15 @@ def test_where_the_ends_count_other_work_each_midpoint_is_placed_by_one_launch()
     assert all(step["rounds"] == [] for step in done["steps"])  # one launch a point, no rounds
     culprit, = done["culprits"]
     assert (culprit["point"], culprit["verified"], culprit["verdict"]) == ("X=5", True, "regressed")
-    assert culprit["evidence"].startswith("work: +6.0% FLOPs (aten::convolution), operators the same; speed: "
-                                          "regressed, current/reference 0.95")
+    assert re.match(r"work: \+6\.0% FLOPs \(aten::convolution\), operators the same; speed: regressed, "
+                    r"current/reference 0\.9[45]", culprit["evidence"]), culprit["evidence"]
+    assert done["range_speed"]["verdict"] == "regressed" and done["accounting"]["holds"]
+    assert done["not_searched"] and not done["same_speed"] and not done["work_changes"]
     points_launched = len(set(node.launched))
-    assert points_launched <= 5 and done["launches"] == points_launched + 2 * len(culprit["pairs"])
+    assert points_launched <= 5
+    assert done["launches"] == points_launched + 2 * len(culprit["pairs"]) + done["range_speed"]["launches"]
     assert said[0].startswith("dlscale-bisect: the ends differ in the work a step does (work: +6.0% FLOPs")
-    assert any(line.startswith("culprit X=5: verified by its work against X=4: work: +6.0% FLOPs") for line in said)
+    assert any(line.startswith("culprit X=5: verified against X=4: work: +6.0% FLOPs") for line in said)
     assert succeeded([done])
 
 
@@ -466,7 +472,7 @@ def test_a_range_end_whose_launch_fails_ends_the_bisect_naming_it(tmp_path):
 
 def test_a_state_is_refused_under_another_harness_code(tmp_path):
     state = tmp_path / "state.json"
-    Bisect(Node(), CELL, tmp_path, env_points(0, 1), QUICK, state, settings_bound=bound())._save()
+    Bisect(Node(), CELL, tmp_path, env_points(0, 1), QUICK, state, settings_bound=bound()).save()
     with pytest.raises(BisectError, match="harness code: 5a51a6d05992df31 -> 0123456789abcdef"):
         Bisect(Node(), CELL, tmp_path, env_points(0, 1), QUICK, state,
                settings_bound=bound(harness_code="0123456789abcdef"))
