@@ -1,7 +1,7 @@
 """An A/B's host instructions (``--count-instructions``): one launch a side with its ranks under
 valgrind's callgrind (:mod:`harness.rank.instructions`), before the pairs, compared by
 :mod:`harness.judging.instructions`. The launches' times say nothing and are not pairs; what they
-cost is kept beside the counts."""
+cost is kept beside the counts, and each launch in the A/B's launch log (:func:`log_entry`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -44,10 +44,10 @@ def count_instructions(launch: Callable[[str], CellRun], refused: Callable[[str]
         if reason := refused(side):
             return {"error": f"the {side} side cannot count instructions: {reason}", "launches": launches}
         run = launch(side)
-        launches[side] = {"status": run.status, "wall_s": round(run.wall_s, 1)}
+        launches[side] = log_entry(run, side)
         counted = cell_instructions(run.records) if run.ok else None
         if counted is None:
-            why = (run.error or run.status).strip().splitlines()[0] if not run.ok else "no rank counted any"
+            why = launches[side].get("error") or "no rank counted any"
             return {"error": f"the {side} side's launch under callgrind counted no instructions: {why}",
                     "launches": launches}
         sides[side] = {**counted, "output_dir": str(run.log_path.parent)}
@@ -62,6 +62,16 @@ def count_instructions(launch: Callable[[str], CellRun], refused: Callable[[str]
     if on_progress:
         on_progress(f"{cell_id}: {instruction_lines(section)[0]}")
     return section
+
+
+def log_entry(run: CellRun, side: str) -> dict:
+    """What the A/B's launch log keeps of a launch under callgrind: its side, status, wall time, log
+    and, where it failed, its error's first line; no timed figures (``under``: its times say nothing)."""
+    entry = {"side": side, "under": "callgrind", "status": run.status, "wall_s": round(run.wall_s, 1),
+             "log": str(run.log_path)}
+    if not run.ok:
+        entry["error"] = (run.error or run.status).strip().splitlines()[0]
+    return entry
 
 
 def instruction_lines(section: dict | None) -> list[str]:

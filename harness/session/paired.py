@@ -22,7 +22,8 @@ from typing import Callable, Mapping
 from harness.judging.confirmation import Conclusion, Rebuild, Split, conclude, figure_now, judged_now
 from harness.judging.kinds import ERROR, PairedKind
 from harness.judging.metrics import parallel_efficiency
-from harness.judging.paired import DUET_ORDERS, ORDERS, Look, Pair, PairedVerdict, judge, next_orders, sequential_look
+from harness.judging.paired import (DUET_ORDERS, ORDERS, Look, Pair, PairedVerdict, judge, next_orders, repeated_p_value,
+                                    sequential_look)
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import Reference
 from harness.judging.work import WorkChange, cell_work, compare_work, work_reading
@@ -30,7 +31,8 @@ from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
 from harness.session.results import to_json
-from harness.session.rounds import LaunchedFn, PairSettings, RoundFn, back_to_back, busy_holds, new_look, run_rounds
+from harness.session.rounds import (LaunchedFn, PairSettings, RoundFn, back_to_back, busy_holds, new_look, run_rounds,
+                                    timed_launches)
 
 SIDES = ("reference", "current")
 LaunchFn = Callable[[str], CellRun]
@@ -153,7 +155,7 @@ class PairedResult:
     def side_times(self, side: str) -> tuple[float, float] | None:
         """The side's median launch wall time and median measured window (seconds) over its
         launches that completed; None where none did."""
-        done = [entry for entry in self.launch_log if entry["side"] == side and entry["status"] == "ok"]
+        done = [entry for entry in timed_launches(self.launch_log) if entry["side"] == side]
         if not done:
             return None
         return (statistics.median(entry["wall_s"] for entry in done),
@@ -270,6 +272,9 @@ def measure_pairs(cell: Cell, reference: Environment, launch: LaunchFn | None, s
         raise PairsInterrupted(result) from interrupt
     finally:
         result.wall_s = time.monotonic() - started
+        if result.verdict is not None:  # what the false-discovery control across the session's A/Bs reads
+            result.change_p = repeated_p_value([pair.log_ratio for pair in result.pairs], result.looks,
+                                               settings.most, result.verdict.kind, settings.min_effect, settings.rule)
     return result
 
 
@@ -323,8 +328,8 @@ def confirmed_by(paired: PairedResult, rebuild: Rebuild, *, stored: Estimate, ba
     not_now = ("the duet's launches ran on half the node, and half-node launches cannot reproduce a stored figure "
                "measured on the whole node; run --confirm without --duet to tell the system from the software"
                if paired.duet else None)
-    as_stored = [] if not_now else [entry["throughput_as_stored"] for entry in paired.launch_log
-                                    if entry["side"] == "reference" and entry["status"] == "ok"]
+    as_stored = [] if not_now else [entry["throughput_as_stored"] for entry in timed_launches(paired.launch_log)
+                                    if entry["side"] == "reference"]
     now = figure_now(as_stored, band.value) if as_stored else None
     split = Split.of(stored, verdict.ratio if verdict else None, now,
                      judged_now(now, band, len(as_stored)) if now else None, not_now)

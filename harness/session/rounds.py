@@ -230,6 +230,12 @@ def log_entry(run: CellRun, *, side: str, index: int, order: str) -> dict:
     return entry
 
 
+def timed_launches(launch_log: Sequence[Mapping]) -> list[Mapping]:
+    """The launches of a log that completed with timed figures: not those that failed, nor those
+    whose ranks ran under callgrind (harness.session.instructions.log_entry)."""
+    return [entry for entry in launch_log if entry["status"] == "ok" and not entry.get("under")]
+
+
 def first_to_fail(runs: Mapping[str, CellRun]) -> str | None:
     """The side whose launch failed first, where any did. Back to back, a round ends at its first
     failure. In a duet, a side whose other side died before its window fails too, later: silent at

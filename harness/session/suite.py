@@ -12,7 +12,6 @@ import functools
 import os
 import shutil
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Callable, Mapping
@@ -25,9 +24,9 @@ from harness.config.options import SuiteError, SuiteOptions, check_settings
 from harness.judging.confirmation import (SOFTWARE, UNKNOWN, Rebuild, Setting, Split, conclude, judged_now,
                                           plan_rebuild, rebuilt_code_missing, scaled, software_by_work)
 from harness.judging.kinds import ERROR, VerdictKind
-from harness.judging.paired import CALLS, calls_that_stand, hold, repeated_p_value, surely_stands
+from harness.judging.paired import CALLS, calls_that_stand, hold, surely_stands
 from harness.judging.recording import accuracy_entry, baseline_entries
-from harness.judging.verdicts import Evidence, config_change, judge_accuracy, measured_enough
+from harness.judging.verdicts import Evidence, config_change, judge_accuracy
 from harness.launch.launchers import LAUNCHERS, Launcher, default_launcher_name
 from harness.launch.runner import CellRun, RunLimits, Together, run_cell, run_cells_together, worker_options
 from harness.machine.allocation import launch_environment
@@ -51,6 +50,7 @@ from harness.session.instructions import count_instructions, instruction_limits,
 from harness.session.paired import (Confirmation, PairedResult, PairsInterrupted, PairSettings, TogetherFn,
                                     confirmed_by, measure_pairs, side_efficiency)
 from harness.session.results import AccuracyResult, CellResult, to_json
+from harness.session.stored import measure_until_settled
 from harness.store import environments
 from harness.store.baselines import BaselineError, BaselineFile
 
@@ -259,25 +259,18 @@ class Suite:
     # -- measuring -------------------------------------------------------------------------------
     def measure(self, cell: Cell, on_progress: Callable[[str], None] | None = None) -> CellResult:
         """Launch the cell until its throughput interval is narrow enough and its verdict is not
-        inconclusive, or until its measuring budget is spent; judge the pooled samples."""
+        inconclusive, or until its measuring budget is spent; judge the pooled samples
+        (:func:`harness.session.stored.measure_until_settled`)."""
         ready = self.prepare()
         result = CellResult(cell=cell, runs=[], config_hash=config_hash(dataclasses.asdict(ready.workload), cell))
-        started = time.monotonic()
+        launch = functools.partial(run_cell, cell, ready.workload, ready.launcher, workdir=self.options.workdir,
+                                   limits=ready.limits, options=self._rank_options(), on_progress=on_progress)
+        judge = functools.partial(evaluate, config=dataclasses.asdict(ready.workload), baselines=ready.baselines,
+                                  reference_cell=preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers),
+                                  earlier=self.results, use_yardstick=self.options.yardstick)
         try:
-            while True:
-                run = run_cell(cell, ready.workload, ready.launcher, workdir=self.options.workdir,
-                               limits=ready.limits, options=self._rank_options(), on_progress=on_progress)
-                with INTERRUPTS.protect(raise_pending=False):  # a judged launch is kept whole
-                    result.runs.append(run)
-                    if run.ok:
-                        evaluate(result, config=dataclasses.asdict(ready.workload), baselines=ready.baselines,
-                                 reference_cell=preflight.reference_cell(cell, self.matrix.ranks, self.ps_servers),
-                                 earlier=self.results, use_yardstick=self.options.yardstick)
-                if not run.ok or self._measured_enough(result, started, run.wall_s):
-                    break
-                if on_progress:
-                    on_progress(f"{cell.id}: measuring again (interval +-{result.throughput.half_width_rel:.1%}, "
-                                f"verdict {result.verdict})")
+            measure_until_settled(result, launch, judge, precision=self.options.precision,
+                                  budget_s=self.options.measure_budget, on_progress=on_progress)
         except BaseException:
             if not result.runs:
                 self.cut_short.append(cell.id)
@@ -454,9 +447,9 @@ class Suite:
         except PairsInterrupted as interrupted:
             result, interrupt = interrupted.result, interrupted
         result.instructions = instructions
-        if result.verdict is not None:
-            result.change_p = repeated_p_value([pair.log_ratio for pair in result.pairs], result.looks, o.max_pairs,
-                                               result.verdict.kind, settings.min_effect, settings.rule)
+        if instructions:  # its launches logged before the pairs', as they ran
+            result.launch_log[:0] = instructions["launches"].values()
+            result.launches += len(instructions["launches"])
         return result, interrupt
 
     @functools.cached_property
@@ -592,11 +585,6 @@ class Suite:
         return RankOptions(device=self.options.device, cores_per_rank=ready.cores_per_rank or None,
                            count_work=self.options.count_work,
                            fault=Fault(**self.options.fault) if self.options.fault else None)
-
-    def _measured_enough(self, result: CellResult, started: float, last_wall_s: float) -> bool:
-        return measured_enough(result.throughput, result.verdict, precision=self.options.precision,
-                               spent_s=time.monotonic() - started, next_launch_s=last_wall_s,
-                               budget_s=self.options.measure_budget)
 
     def _record(self, result: CellResult) -> None:
         """Keep a cell with at least one launch: in the results, the history and the results file.

@@ -82,3 +82,31 @@ def test_the_summary_says_the_counts_their_cost_or_why_none_were_counted():
     assert instruction_lines({"error": "the reference side cannot count instructions: old"}) == [
         "instructions not counted: the reference side cannot count instructions: old"]
     assert instruction_lines(None) == []
+
+
+def test_each_launch_under_callgrind_is_logged_with_the_error_that_ended_it(tmp_path):
+    """The reference side's launch under callgrind completes, the current side's times out: both are
+    in the section's launch log (the A/B's launch log takes them), the failure's first line kept."""
+    from pathlib import Path
+
+    from harness.launch.runner import CellRun
+    from harness.rank.cell import Cell
+    from harness.session.instructions import count_instructions
+    from harness.session.rounds import timed_launches
+
+    cell = Cell(framework="ddp", loader="synthetic", model="resnet20", ranks=1)
+
+    def launch(side):
+        ok = side == "reference"
+        return CellRun(cell=cell, launcher="torchrun", command=[], status="ok" if ok else "timeout",
+                       records=[counted(1_000_000)] if ok else [], error=None if ok else "rank 0: silent 1200 s\nmore",
+                       wall_s=61.23, log_path=tmp_path / side / "launch.log", token="t", orphans_killed=[])
+
+    section = count_instructions(launch, lambda side: None)
+    logged = section["launches"]
+    assert section["error"] == ("the current side's launch under callgrind counted no instructions: "
+                                "rank 0: silent 1200 s")
+    assert logged["reference"] == {"side": "reference", "under": "callgrind", "status": "ok", "wall_s": 61.2,
+                                   "log": str(Path(tmp_path / "reference" / "launch.log"))}
+    assert logged["current"]["status"] == "timeout" and logged["current"]["error"] == "rank 0: silent 1200 s"
+    assert timed_launches(list(logged.values())) == []  # no timed figures are read off them
