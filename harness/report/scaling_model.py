@@ -27,7 +27,7 @@ the rest of the step and the file system's serving time, a loader that waits add
 
     python -m harness.report.scaling_model RESULTS --cell ID --intra FILE [--inter FILE]
         [--gpus-per-node 4] [--gpus 4,8,...,1024] [--network-speedup 2] [--batch-per-gpu 128]
-        [--bucket-mb 25] [--fs-bandwidth-gbps 100 --image-kb 110]
+        [--bucket-mb 25] [--fs-bandwidth-gbps 100 --image-kb 110 [--loader-waits]]
 """
 from __future__ import annotations
 
@@ -320,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-per-gpu", type=int, help="what if each GPU took this batch")
     parser.add_argument("--bucket-mb", type=float, help="what if gradients were fused in buckets of this size")
     parser.add_argument("--fs-bandwidth-gbps", type=float, help="a shared file system all ranks read from, GB/s")
+    parser.add_argument("--loader-waits", action="store_true",
+                        help="with --fs-bandwidth-gbps: the loader waits for each batch (adds the file system's serving "
+                             "time to the step) instead of prefetching (the step the larger of the two)")
     parser.add_argument("--image-kb", type=float, default=110.0,
                         help="bytes read per image, KB (default 110, ImageNet's mean JPEG)")
     args = parser.parse_args(argv)
@@ -338,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         cell = cell.with_batch(args.batch_per_gpu)
     if args.bucket_mb:
         cell = dataclasses.replace(cell, bucket_bytes=int(args.bucket_mb * 2**20))
+    if args.loader_waits:
+        cell = dataclasses.replace(cell, data_prefetched=False)
     network = Network(intra=intra, inter=inter, gpus_per_node=args.gpus_per_node)
     hidden = hidden_at_reference(cell, network)
     print(f"cell {cell.name}: per step compute {cell.compute_s:.4f} s, data {cell.data_s:.4f} s, optimizer "

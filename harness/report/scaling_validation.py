@@ -7,8 +7,7 @@ GPUs, beside every E_G the study's text gives (``published-aach2023.json``).
     python -m harness.report.scaling_validation --results R.json [--intra C.json]
                                                                  this machine's cells (scaling_check)
 
-Two figures the text does not give are fitted, each to one published point; every other point
-is a prediction:
+Two figures the text does not give are fitted, each to one published point:
 
 - **the wait for the slowest rank**: what fixed-duration delays cost a rank per step on average
   (:mod:`harness.report.stragglers`; the text gives no per-step spread), to ResNet50 with DALI
@@ -16,11 +15,21 @@ is a prediction:
   wait there, not how long each delay lasts: the prediction takes the rare-delay limit (each delay
   long, at most one rank delayed in a step), and the band reaches the shortest delay that causes
   the same wait at 1,024 GPUs.
-- **the file system**: the images per second the shared GPFS serves the native loader (the text
-  gives no speed for it), to Horovod with the native loader at 128 GPUs (E_G 0.5).
+- **the file system**: the images per second the shared file system serves the native loader (the
+  text gives no speed for it), to Horovod with the native loader at 128 GPUs (E_G 0.5); the loader
+  prefetches, so the step is the larger of the rest of the step and the serving time.
+
+The tally (:mod:`harness.report.scaling_tally`) marks every other stated value in-sample (it chose
+the form, restates a fitted value or follows from one) or independent, judges bounds on the band
+and sets two null models beside the full one (the fitted terms alone; the file system alone), each
+fitted to the same points. Out of sample, other studies are predicted from their own hardware and
+workload with nothing refitted (:mod:`harness.report.scaling_other_studies`); their errors and the
+study's independent ones are the only ones set against the goal (median |error| <= 0.05 E_G, none
+over 0.10).
 
 Leave-one-out: each fitted point is predicted by the parameter fitted (least squares) to every
-other stated value it bears on instead; one with no other such value says so.
+other stated value it bears on instead (in-sample values among them); one with no other such
+value says so.
 """
 from __future__ import annotations
 

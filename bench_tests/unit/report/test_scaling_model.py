@@ -264,3 +264,24 @@ def test_the_command_predicts_a_results_files_cell_with_a_timings_file(tmp_path,
     assert [line.split()[0] for line in out.splitlines() if line[:1].isdigit()] == ["4", "1024"]
     assert main([str(tmp_path / "results.json"), "--cell", "nope", "--intra", str(tmp_path / "c.json")]) == 2
     assert "no cell 'nope' in the results" in capsys.readouterr().err
+
+
+def test_the_command_says_whether_the_loader_waits_for_a_shared_file_system(tmp_path, capsys):
+    from harness.report.scaling_model import main
+
+    record = {"rank": 0, "step_times": [0.30, 0.31, 0.30], "data_wait": [0.0] * 3, "fwd_bwd": [0.25] * 3,
+              "optimizer": [0.02] * 3, "compute_probe": [0.24], "framework_settings": {"bucket_cap_mb": 25}}
+    (tmp_path / "results.json").write_text(json.dumps({
+        "workload": {"batch_size": 16, "num_classes": 10},
+        "cells": [{"cell": "ddp-synthetic-resnet50-g1", "records": [record]}]}))
+    rows = [{"bytes": s, "time_s": ring_seconds(s, 2, 5e-5, 1e9)} for s in (2**16, 2**20, 2**24)]
+    (tmp_path / "c.json").write_text(json.dumps({"kind": "collectives", "ranks": 2, "results": rows}))
+    common = [str(tmp_path / "results.json"), "--cell", "ddp-synthetic-resnet50-g1", "--intra", str(tmp_path / "c.json"),
+              "--gpus", "16", "--fs-bandwidth-gbps", "0.0001", "--image-kb", "1"]  # 16 x 16 images: 2.6 s a step
+
+    def step(*flags):
+        assert main([*common, *flags]) == 0
+        return float(next(line for line in capsys.readouterr().out.splitlines() if line.startswith("16 ")).split()[4])
+    served = 16 * 16 * 1e3 / 1e5
+    assert step() == pytest.approx(served, rel=1e-3)  # prefetching: the file system bounds the step
+    assert step("--loader-waits") == pytest.approx(served + 0.3, rel=0.05)  # waiting: it adds to it
