@@ -57,3 +57,32 @@ def test_a_parameter_server_cell_counts_each_workers_pushes_and_pulls_and_its_se
     assert served["work"]["by_server"]["0"]["push"] == work["collectives"]["push"]
     assert served["work"]["by_server"]["0"]["pull"] == work["collectives"]["pull"]
     assert set(served["work"]["by_server"]["0"]["by_worker"]) == {"0", "1"}
+
+
+TF_RESNET20_CONV_FLOPS_PER_IMAGE = 81_100_800
+"""The CIFAR ResNet20's 19 convolutions at 32 px, 40,550,400 multiply-adds an image at two FLOPs each:
+the same network torch's counter counts (harness.rank.cifar_resnet), in Keras."""
+
+
+@pytest.mark.parametrize("framework, launcher", [("tensorflow", "mpirun"), ("horovod_tf", "mpirun")],
+                         indirect=["launcher"])
+def test_a_tensorflow_step_counts_its_graphs_operations_flops_collectives_and_data(
+        framework, launcher, tmp_path, tiny_dataset, tiny_tfrecords):
+    loader = "native-tfrecord" if framework == "tensorflow" else "native"
+    run = launched(framework, 2, launcher, tmp_path, tiny_dataset, tiny_tfrecords, loader=loader)
+    work = cell_work(run.records)
+    assert work["not_counted"] == {"gpu": "a CPU rank runs no GPU kernels",
+                                   "memory": "TensorFlow gives its allocator's peak on a GPU only "
+                                             "(tf.config.experimental.get_memory_info)"}
+    assert work["operators"]["Conv2D"] == 2 * 19 and work["operators"]["Conv2DBackpropFilter"] == 2 * 19
+    images = 2 * TINY.batch_size
+    assert work["flops"]["by_operator"]["Conv2D"] == images * TF_RESNET20_CONV_FLOPS_PER_IMAGE
+    assert work["flops"]["by_operator"]["Conv2DBackpropFilter"] == images * TF_RESNET20_CONV_FLOPS_PER_IMAGE
+    phases = work["flops"]["by_phase"]
+    assert sum(phases.values()) == work["flops"]["total"] and phases["backward"] > phases["forward"]
+    gradients = work["collectives"]["all_reduce"]
+    assert gradients["bytes"] == 2 * RESNET20_PARAMETER_BYTES  # every trainable variable's gradient, each rank
+    if framework == "horovod_tf":
+        assert gradients["calls"] == 2 * 59  # per tensor: 19 kernels, 19 batch-norm gammas and 19 betas, 2 dense
+    assert work["data"]["images"] == images and work["data"]["images_decoded"] == images
+    assert work["data"]["bytes_read"] > images * 100  # real JPEGs, and records around them

@@ -18,13 +18,14 @@ import os
 from typing import Any
 
 from harness.rank.frameworks.base import LossFn, Trainer
+from harness.rank.frameworks.traced import TracedCalls
 from harness.rank.frameworks.horovod_common import HorovodKnobs, horovod_settings, import_horovod, init_checked
 from harness.rank.rankenv import RankInfo
 
 INSTALL = "ci/install_horovod_tf.sh"
 
 
-class HorovodTFAdapter(Trainer):
+class HorovodTFAdapter(TracedCalls, Trainer):
     name = "horovod_tf"
 
     def __init__(self, *, fusion_threshold_mb: float | None = None, cycle_time_ms: float | None = None):
@@ -66,11 +67,11 @@ class HorovodTFAdapter(Trainer):
         self._forward_backward, self._apply, self._gradients = forward_backward, apply, None
 
     def forward_backward(self, images, labels):
-        self._gradients, loss = self._forward_backward(images, labels)
+        self._gradients, loss = self.traced("forward_backward", self._forward_backward, images, labels)
         return loss  # an eager tensor: no graph to detach from
 
     def optimizer_step(self) -> None:
-        self._apply(self._gradients)
+        self.traced("optimizer", self._apply, self._gradients)
         self._gradients = None
 
     def average(self, tensor):

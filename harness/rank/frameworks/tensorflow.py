@@ -19,6 +19,7 @@ from typing import Any
 
 from harness.common.jsonio import write_json_atomic
 from harness.rank.frameworks.base import LossFn, Trainer
+from harness.rank.frameworks.traced import TracedCalls
 from harness.rank.rankenv import RankInfo, address_toward, own_port
 
 RENDEZVOUS_TIMEOUT_S = 300.0
@@ -53,7 +54,7 @@ def gather_published(workdir: Path, prefix: str, ranks: int, timeout_s: float = 
         time.sleep(0.1)
 
 
-class TensorFlowAdapter(Trainer):
+class TensorFlowAdapter(TracedCalls, Trainer):
     name = "tensorflow"
 
     def __init__(self, *, timeout_s: int = 300):
@@ -122,11 +123,11 @@ class TensorFlowAdapter(Trainer):
         self._forward_backward, self._apply, self._gradients = forward_backward, apply, None
 
     def forward_backward(self, images, labels):
-        self._gradients, loss = self._forward_backward(images, labels)
+        self._gradients, loss = self.traced("forward_backward", self._forward_backward, images, labels)
         return loss
 
     def optimizer_step(self) -> None:
-        self._apply(self._gradients)
+        self.traced("optimizer", self._apply, self._gradients)
         self._gradients = None
 
     def average(self, tensor):

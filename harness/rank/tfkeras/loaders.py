@@ -5,6 +5,10 @@ the area at 3/4 to 4/3 aspect, resized, a random flip, ImageNet mean and standar
 Rank ``r`` of ``n`` reads every ``n``-th file (or record) from the ``r``-th, reshuffled every epoch
 with the seed ``seed + rank``; ``num_workers`` is the map's parallelism and its private thread
 pool, as the DataLoader's worker count is the native loader's. Partial batches are dropped.
+
+Each sample carries the bytes read to make it (a file's, or a record's with TFRecord's 16 bytes of
+framing) through the pipeline, so the batch the step took says what it read (:class:`ReadBatches`),
+however the pipeline shuffled and read ahead.
 """
 from __future__ import annotations
 
@@ -31,6 +35,32 @@ def training_transform(encoded: tf.Tensor, image_size: int) -> tf.Tensor:
     image = tf.image.resize(image, (image_size, image_size)) / 255.0
     image = tf.image.random_flip_left_right(image)
     return (image - IMAGENET_MEAN) / IMAGENET_STD
+
+
+TFRECORD_FRAMING = 16
+"""Bytes a TFRecord file holds around each record: its length (8) and two masked CRC32s (4 each)."""
+
+
+class ReadBatches(Batches):
+    """Batches of ``(images, labels, bytes read per image)``, yielded as ``(images, labels)``; the
+    last one's reading is :meth:`batch_data`'s."""
+
+    _last_read = None
+
+    def __iter__(self):
+        for images, labels, read in self._batches:
+            self._last_read = read
+            yield images, labels
+
+    @property
+    def source(self):
+        return self._batches.map(lambda images, labels, read: (images, labels))
+
+    def batch_data(self) -> dict:
+        if self._last_read is None:
+            return {"not_counted": {"data": "no batch was taken"}}
+        return {"data": {"images_decoded": int(self._last_read.shape[0]),
+                         "bytes_read": int(tf.reduce_sum(self._last_read))}}
 
 
 def _pipeline(samples: tf.data.Dataset, count: int, workload, rank, decode) -> tf.data.Dataset:
@@ -63,8 +93,9 @@ def FolderLoader(*, workload, rank) -> Batches:  # noqa: N802
     samples = tf.data.Dataset.from_tensor_slices((list(paths), list(labels)))
 
     def decode(path, label):
-        return training_transform(tf.io.read_file(path), workload.image_size), label
-    return Batches(_pipeline(samples, len(files), workload, rank, decode),
+        encoded = tf.io.read_file(path)
+        return training_transform(encoded, workload.image_size), label, tf.cast(tf.strings.length(encoded), tf.int64)
+    return ReadBatches(_pipeline(samples, len(files), workload, rank, decode),
                     {"num_workers": workload.num_workers, "images": len(files), "classes": len(classes),
                      "reader": "tf.data files"})
 
@@ -80,7 +111,8 @@ def TFRecordLoader(*, workload, rank) -> Batches:  # noqa: N802
     def decode(record):
         example = tf.io.parse_single_example(record, features)
         label = tf.cast(example["image/class/label"] - shards.label_base, tf.int32)
-        return training_transform(example["image/encoded"], workload.image_size), label
-    return Batches(_pipeline(samples, shards.records, workload, rank, decode),
+        read = tf.cast(tf.strings.length(record), tf.int64) + TFRECORD_FRAMING
+        return training_transform(example["image/encoded"], workload.image_size), label, read
+    return ReadBatches(_pipeline(samples, shards.records, workload, rank, decode),
                     {"num_workers": workload.num_workers, "images": shards.records, "shards": len(shards.shards),
                      "reader": "tf.data TFRecordDataset"})

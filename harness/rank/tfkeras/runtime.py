@@ -48,8 +48,14 @@ class TensorFlowRuntime(RankRuntime):
     name = "tensorflow"
 
     def work_counter(self, adapter, device):
-        raise NotCounted("TensorFlow runs a step as one traced graph function; its operators, FLOPs and "
-                         "collectives are not read from its profiler yet")
+        from harness.rank.frameworks.traced import TracedCalls
+        from harness.rank.tf_work import TFWorkCounter
+
+        if why := adapter.work_not_counted():
+            raise NotCounted(why)
+        if not isinstance(adapter, TracedCalls):
+            raise NotCounted(f"{adapter.name}'s steps are not TensorFlow functions the harness calls")
+        return TFWorkCounter(adapter, device)
 
     def pick_device(self, requested: str, local_rank: int) -> Device:
         gpus = tf.config.list_physical_devices("GPU")
