@@ -79,11 +79,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="the project's git checkout (default: the one this harness comes from)")
     suite = parser.add_argument_group("the launches (as the suite's options of the same names)")
     suite.add_argument("--launcher")
-    for name in ("profile", "device"):
-        suite.add_argument(f"--{name}", default="auto")
+    suite.add_argument("--workload-profile", "--profile", dest="profile", default="auto")
+    suite.add_argument("--rank-device", "--device", dest="device", default="auto")
     for name in ("image-size", "batch-size", "steps", "warmup-steps", "num-workers", "cores-per-rank"):
         suite.add_argument(f"--{name}", type=int)
-    suite.add_argument("--data", type=Path)
+    suite.add_argument("--dlscale-data", "--data", dest="data", type=Path)
     suite.add_argument("--partition")
     suite.add_argument("--launch-env", action="append", default=[], metavar="NAME=VALUE")
     steps = parser.add_argument_group("the steps")

@@ -46,7 +46,10 @@ class CountedPlacement:
             return
         good, bad = self.counted(0, "work"), self.counted(self.run.last, "work")
         if good is None or bad is None:
-            why = "an end's launch counted no work (a harness without counting, or a failed launch)"
+            failed = [f"{self.run.points[index].short}: {self.state.counted_errors[key].splitlines()[0]}"
+                      for index in (0, self.run.last) if (key := self.run.keys[index]) in self.state.counted_errors]
+            why = "an end's launch counted no work (" + ("; ".join(f"its launch failed, {said}" for said in failed)
+                                                         or "a harness without counting") + ")"
         elif work_digest(good) == work_digest(bad):
             why = "the ends count the same work"
         else:

@@ -14,7 +14,7 @@ from harness.tasks.bisect import main
 from harness.tasks.bisect_points import BisectError
 from harness.tasks.bisect_report import report, succeeded
 from harness.tasks.bisect_search import Bisect
-from harness.tasks.bisect_settings import NodeTooBusy
+from harness.tasks.bisect_settings import BudgetSpent, NodeTooBusy
 
 
 def record(step_s: float, flops: int | None = None) -> dict:
@@ -167,3 +167,29 @@ def test_fewer_rounds_than_a_look_can_judge_is_one_line_before_any_launch(option
     assert line == f"dlscale-bisect: {option} must be at least 6, got 1", line
     assert main(["ddp-synthetic-resnet44-g1", "--good", "HEAD~1", "--rounds", "40", "--repo", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == "dlscale-bisect: --rounds (40) must not exceed --max-rounds (32)"
+
+
+def test_a_version_5_state_file_written_before_the_fields_added_since_still_loads(tmp_path):
+    """The state file's version-5 schema is the persistent contract: a file without the fields
+    added since (work changes, the range's A/B, the counted launches' log, the search by time after
+    the work's) loads, each at its default, and the bisect goes on from it."""
+    state = tmp_path / "state.json"
+    Bisect(Node(), CELL, tmp_path, env_points(0, 1), QUICK, state, settings_bound=bound()).save()
+    added = ["work_changes", "range_speed", "counted_log", "counted_errors", "time_after_work", "slowdown_unknown",
+             "same_speed", "not_searched"]
+    kept = json.loads(state.read_text())
+    assert set(added) <= set(kept)
+    state.write_text(json.dumps({name: value for name, value in kept.items() if name not in added}))
+    done = Bisect(Node(), CELL, tmp_path, env_points(0, 1), QUICK, state, settings_bound=bound(), seed=1).run()
+    assert [(c["point"], c["verified"]) for c in done["culprits"]] == [("X=1", True)]
+    assert done["work_changes"] == [] and done["range_speed"] is None and len(done["counted_log"]) == 2
+
+
+def test_an_ends_counting_launch_that_fails_is_named_with_its_error(tmp_path):
+    said = []
+    with pytest.raises(BudgetSpent):
+        Bisect(SplitNode(failing={("0", 1)}), CELL, tmp_path, env_points(*range(7)),
+               dataclasses.replace(QUICK, max_launches=2), tmp_path / "state.json", settings_bound=bound(),
+               say=said.append).run()
+    assert said[0] == ("dlscale-bisect: an end's launch counted no work (its launch failed, X=0: rank 0: RuntimeError: "
+                       "out of memory): each midpoint placed by its speed, in rounds"), said
