@@ -26,7 +26,8 @@ OTHER_COMPONENTS = {"dali": "NVIDIA DALI in torch's environment",
                     "local-slurm": "the local Slurm cluster ci/slurm/start.sh started (its drills stop its daemons)",
                     "two-hosts": "two network namespaces as hosts (root, iproute2)",
                     "callgrind": "valgrind and a C compiler (--count-instructions)",
-                    "chromium": "Debian's chromium and chromium-driver, and selenium, for the pages' browser tests"}
+                    "chromium": "Debian's chromium and chromium-driver, and selenium, for the pages' browser tests",
+                    "other-pytest-plugins": "the wheels of the pytest plugins dlscale must live beside (ci/other_plugins.txt)"}
 
 
 def known_components() -> set[str]:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up shared by the README commands and .ci/run:
 #   Debian packages (Open MPI, Slurm, munge, valgrind and gcc for --count-instructions, chromium for the pages' tests), the virtual environment with pinned torch,
-#   the harness itself with DeepSpeed, Horovod (built once, wheel cached) and DALI, the
+#   the harness itself with DeepSpeed, Horovod (built once, wheel cached) and DALI, the wheels of
+#   the other pytest plugins the plugin must live beside (ci/other_plugins.txt), the
 #   generated JPEG dataset in ImageFolder and TFRecord form, and a local one-node Slurm
 #   cluster when no cluster answers. A second run only checks that each step is done.
 #   DLSCALE_NO_APT=1: install no Debian packages; DLSCALE_NO_LOCAL_SLURM=1: start no local
@@ -45,12 +46,24 @@ torch_chain() {
         echo "$want" > "$stamp"
     fi
 
+    other_pytest_plugins
     "$repo/ci/install_frameworks.sh" "$venv"
     "$repo/ci/install_dali.sh" "$venv"
     "$venv/bin/python" -m harness.data.dataset --ensure "$cache/dataset"
     "$venv/bin/python" -m harness.data.tfrecord --from "$cache/dataset" --to "$cache/dataset-tfrecord"
 }
 runtimes_chain() { "$repo/ci/install_runtimes.sh" "$venv"; }
+# The wheels of the other pytest plugins (ci/other_plugins.txt) the plugin-coexistence test installs
+# beside dlscale in an environment of its own; downloaded, not installed.
+other_pytest_plugins() {
+    local wheels="$cache/pytest-plugins" want
+    want="$(sha256sum < "$repo/ci/other_plugins.txt" | cut -c1-16)"
+    if [[ "$(cat "$wheels/.dlscale-downloaded" 2>/dev/null)" != "$want" ]]; then
+        log "downloading the other pytest plugins into $wheels"
+        "$venv/bin/pip" download -q --only-binary :all: -d "$wheels" -r "$repo/ci/other_plugins.txt"
+        echo "$want" > "$wheels/.dlscale-downloaded"
+    fi
+}
 kill_tree() {
     local child
     for child in $(pgrep -P "$1"); do kill_tree "$child"; done
