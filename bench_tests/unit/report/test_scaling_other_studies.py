@@ -48,3 +48,19 @@ def test_the_wait_is_carried_over_from_the_study_unrefitted_and_the_band_spans_n
         assert cell.delay.mean_s == fitted.delay_mean_s
         assert item.prediction.efficiency <= item.without_wait.efficiency <= item.prediction.efficiency_range[1] + 1e-9
         assert item.prediction.efficiency_range[0] <= item.prediction.efficiency <= item.prediction.efficiency_range[1]
+
+
+def test_the_docs_quote_the_errors_the_model_gives_now():
+    from pathlib import Path
+
+    published = json.loads(scaling_validation.PUBLISHED.read_text())
+    fitted = scaling_validation.fit(published)
+    others = scaling_validation.predict_other_studies(fitted)
+    tally = scaling_validation.validate(published, fitted)
+    summary = scaling_validation.summarise(tally, scaling_validation.leave_one_out(published), others)
+    docs = (Path(scaling_validation.__file__).parents[2] / "docs" / "scaling-model.md").read_text()
+    for item in others:
+        p = item.prediction
+        assert f"{p.efficiency:.3f} [{p.efficiency_range[0]:.3f}, {p.efficiency_range[1]:.3f}] | {item.error:+.3f}" in docs
+    assert f"median |error| of {summary.median_error:.3f}" in docs and f"worst of {max(summary.independent_errors):.3f}" in docs
+    assert ("**Not met.**" in docs) == (not summary.goal_met)
