@@ -86,3 +86,20 @@ def test_a_tensorflow_step_counts_its_graphs_operations_flops_collectives_and_da
         assert gradients["calls"] == 2 * 59  # per tensor: 19 kernels, 19 batch-norm gammas and 19 betas, 2 dense
     assert work["data"]["images"] == images and work["data"]["images_decoded"] == images
     assert work["data"]["bytes_read"] > images * 100  # real JPEGs, and records around them
+
+
+@pytest.mark.parametrize("launcher", ["mpirun"], indirect=True)
+def test_an_mxnet_step_counts_its_profilers_operators_its_forward_flops_its_kvstore_and_data(
+        launcher, tmp_path, tiny_dataset):
+    run = launched("mxnet", 2, launcher, tmp_path, tiny_dataset, loader="native")
+    work = cell_work(run.records)
+    assert set(work["not_counted"]) == {"gpu", "memory"}
+    images = 2 * TINY.batch_size
+    assert work["flops"]["by_operator"]["Convolution"] == images * TF_RESNET20_CONV_FLOPS_PER_IMAGE
+    assert work["flops"]["by_operator"]["FullyConnected"] == images * 2 * 64 * 10
+    assert set(work["flops"]["phases_not_counted"]) == {"backward", "optimizer"}
+    assert work["operators"]["multi_sgd_mom_update"] > 0  # the update, operator by operator
+    # every parameter pushed and pulled once a step by each rank, one key each
+    assert work["collectives"]["push"] == {"calls": 2 * 59, "bytes": 2 * RESNET20_PARAMETER_BYTES}
+    assert work["collectives"]["pull"] == {"calls": 2 * 59, "bytes": 2 * RESNET20_PARAMETER_BYTES}
+    assert work["data"]["images_decoded"] == images and work["data"]["bytes_read"] > images * 100

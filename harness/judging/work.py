@@ -60,6 +60,9 @@ def cell_work(records: Sequence[Mapping]) -> dict | None:
                            "by_operator": _summed(work["flops"]["by_operator"] for work in works)}
         if all("by_phase" in work["flops"] for work in works):
             result["flops"]["by_phase"] = _summed(work["flops"]["by_phase"] for work in works)
+        unsaid = {phase: why for work in works for phase, why in work["flops"].get("phases_not_counted", {}).items()}
+        if unsaid:
+            result["flops"]["phases_not_counted"] = dict(sorted(unsaid.items()))
     if "collectives" in counted:
         kinds = sorted({kind for work in works for kind in work["collectives"]})
         result["collectives"] = {kind: {field: sum(work["collectives"].get(kind, {}).get(field, 0) for work in works)

@@ -79,6 +79,14 @@ def test_flops_say_which_phase_moved():
     assert [m.text for m in shifted] == ["+0.0% FLOPs (forward +10.0%, backward -5.0%)"]  # the same total, moved
 
 
+def test_phases_a_runtime_cannot_count_are_carried_with_why_never_as_zero():
+    work = rank_work()
+    work["flops"].update(by_phase={"forward": 110}, phases_not_counted={"backward": "MXNet counts no FLOPs"})
+    cell = cell_work(launch(work, work))
+    assert cell["flops"]["by_phase"] == {"forward": 220}
+    assert cell["flops"]["phases_not_counted"] == {"backward": "MXNet counts no FLOPs"}
+
+
 def test_collectives_name_their_kind_bytes_and_calls():
     before = cell_work(launch(rank_work()))
     fewer = {**rank_work(), "collectives": {"all_reduce": {"calls": 1, "bytes": 4000},

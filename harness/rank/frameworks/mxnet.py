@@ -24,6 +24,7 @@ the linearly scaled rate. MXNet's engine runs all of it asynchronously; the loop
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import socket
@@ -31,9 +32,10 @@ import subprocess
 import sys
 import time
 import weakref
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from harness.rank.frameworks.base import LossFn, Trainer
+from harness.rank.frameworks.traced import TracedCalls
 from harness.rank.rankenv import RankInfo, address_toward
 
 ROLES = ("scheduler", "server", "worker")
@@ -121,7 +123,7 @@ class Loss:
         return float(self.value.asscalar())
 
 
-class MXNetAdapter(Trainer):
+class MXNetAdapter(TracedCalls, Trainer):
     name = "mxnet"
 
     def __init__(self, *, shutdown_timeout_s: float = 60.0):
@@ -181,7 +183,7 @@ class MXNetAdapter(Trainer):
                                              update_on_kvstore=False)
 
     def forward_backward(self, images, labels) -> Loss:
-        loss = self._backward(images, labels)
+        loss = self.traced("forward_backward", self._backward, images, labels)
         self.trainer.allreduce_grads()
         return loss
 
@@ -211,6 +213,41 @@ class MXNetAdapter(Trainer):
 
     def optimizer_step(self) -> None:
         self.trainer.update(self.batch_size * self.rank.world_size)
+
+    @contextlib.contextmanager
+    def counting_collectives(self, tally) -> Iterator[None]:
+        """The kvstore's pushes and pulls, counted where the Trainer calls the store, per key: the
+        bytes of the arrays pushed, and of those pulled into. One rank has no store: none, counted."""
+        kv = self.kv
+        if kv is None:
+            yield
+            return
+
+        import numpy as np
+
+        def nbytes(arrays) -> int:
+            arrays = arrays if isinstance(arrays, (list, tuple)) else [arrays]
+            return sum(array.size * np.dtype(array.dtype).itemsize for array in arrays)
+
+        def push(key, value, *args, **kwargs):
+            tally.add("push", nbytes(value))
+            return type(kv).push(kv, key, value, *args, **kwargs)
+
+        def pull(key, out=None, *args, **kwargs):
+            tally.add("pull", nbytes(out))
+            return type(kv).pull(kv, key, out, *args, **kwargs)
+
+        def pushpull(key, value, out=None, *args, **kwargs):
+            tally.add("push", nbytes(value))
+            tally.add("pull", nbytes(out if out is not None else value))
+            return type(kv).pushpull(kv, key, value, out, *args, **kwargs)
+
+        kv.push, kv.pull, kv.pushpull = push, pull, pushpull
+        try:
+            yield
+        finally:
+            for name in ("push", "pull", "pushpull"):
+                delattr(kv, name)
 
     def average(self, tensor):
         import numpy as np

@@ -6,9 +6,11 @@ aspect, resized, a random flip, ImageNet mean and standard deviation), NCHW.
 Rank ``r`` of ``n`` reads every ``n``-th image from the ``r``-th (of the largest multiple of ``n``,
 as torch's ``DistributedSampler`` with ``drop_last``), reshuffled every epoch from the seed
 ``seed + rank``; partial batches are dropped. Labels come as float32, as Gluon's losses take them.
+Which files a batch read follows from the sampler's order of its epoch (:class:`FolderBatches`).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -37,17 +39,38 @@ class ShardSampler(gluon.data.Sampler):
         self._indices = np.arange(rank, length - length % world_size, world_size)
         self._random = np.random.RandomState(seed)
 
+    order: list[int] = []
+    """The current epoch's order (drawn when its epoch starts)."""
+
     def __iter__(self):
-        return iter(self._random.permutation(self._indices).tolist())
+        self.order = self._random.permutation(self._indices).tolist()
+        return iter(self.order)
 
     def __len__(self) -> int:
         return len(self._indices)
 
 
-def _epochs(loader: gluon.data.DataLoader):
-    while True:
-        for images, labels in loader:
-            yield images, labels.astype("float32")
+class FolderBatches(Batches):
+    """The loader's batches, epoch after epoch; :meth:`batch_data` says which files the last one read."""
+
+    def __init__(self, loader: gluon.data.DataLoader, sampler: ShardSampler, files: list[str], batch_size: int,
+                 settings: dict):
+        super().__init__(self._epochs(loader), settings)
+        self.sampler, self.files, self.batch_size = sampler, files, batch_size
+        self._last: tuple[list[int], int] | None = None
+
+    def _epochs(self, loader):
+        while True:
+            for index, (images, labels) in enumerate(loader):
+                self._last = (self.sampler.order, index)
+                yield images, labels.astype("float32")
+
+    def batch_data(self) -> dict:
+        if self._last is None:
+            return {"not_counted": {"data": "no batch was taken"}}
+        order, index = self._last
+        read = [self.files[i] for i in order[index * self.batch_size:(index + 1) * self.batch_size]]
+        return {"data": {"images_decoded": len(read), "bytes_read": sum(os.path.getsize(path) for path in read)}}
 
 
 def FolderLoader(*, workload, rank) -> Batches:  # noqa: N802 - a loader is made by calling its name
@@ -65,5 +88,6 @@ def FolderLoader(*, workload, rank) -> Batches:  # noqa: N802 - a loader is made
                                    batch_size=workload.batch_size, sampler=sampler, last_batch="discard",
                                    num_workers=workload.num_workers)
     # closing drops the only reference to the loader: DataLoader.__del__ ends its worker processes
-    return Batches(_epochs(loader), {"num_workers": workload.num_workers, "images": len(folder),
-                                     "classes": len(folder.synsets), "reader": "gluon ImageFolderDataset"})
+    return FolderBatches(loader, sampler, [path for path, _ in folder.items], workload.batch_size,
+                         {"num_workers": workload.num_workers, "images": len(folder), "classes": len(folder.synsets),
+                          "reader": "gluon ImageFolderDataset"})

@@ -29,8 +29,15 @@ class MXNetRuntime(RankRuntime):
     name = "mxnet"
 
     def work_counter(self, adapter, device):
-        raise NotCounted("MXNet runs a step in its engine's hybridised graph; its operators, FLOPs and "
-                         "collectives are not read from its profiler yet")
+        from harness.rank.frameworks.traced import TracedCalls
+
+        if why := adapter.work_not_counted():
+            raise NotCounted(why)
+        if not isinstance(adapter, TracedCalls):
+            raise NotCounted(f"{adapter.name}'s steps are not calls the harness can count")
+        from harness.rank.mx_work import MXWorkCounter
+
+        return MXWorkCounter(adapter, device)
 
     def __init__(self):
         self._fresh_model = None

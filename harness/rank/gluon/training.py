@@ -78,5 +78,10 @@ class OnDevice:
     def settings(self) -> dict:
         return self.loader.settings()
 
+    def batch_data(self) -> dict:
+        if not hasattr(self.loader, "batch_data"):
+            return {"not_counted": {"data": "this loader does not say what it read"}}
+        return self.loader.batch_data()
+
     def close(self) -> None:
         self.loader.close()
