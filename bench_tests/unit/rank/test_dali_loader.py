@@ -228,3 +228,20 @@ def test_empty_class_folders_are_refused_before_reading(tmp_path, dali):
         (tmp_path / name).mkdir()
     with pytest.raises(ValueError, match="DALI cannot open dataset .* as folder: .*No files found"):
         make_loader(tmp_path)
+
+
+@pytest.mark.parametrize("reader", ["folder", "tfrecord"])
+def test_a_batch_says_the_bytes_its_reader_read_for_it(grey, tmp_path, dali, reader):
+    """The batch's files, told by their grey levels, against what the loader says it read: each
+    file's size (folder), or each record's encoded image (TFRecord)."""
+    data = grey if reader == "folder" else tfrecord.convert(grey, tmp_path / "tfr", shards=2)
+    files = sorted(grey.glob("class*/img*.jpg"), key=lambda path: (int(path.parent.name[5:]), int(path.stem[3:])))
+    loader = make_loader(data, batch_size=4)
+    stream = iter(loader)
+    for _ in range(8):  # across an epoch's end
+        images, _ = next(stream)
+        said = loader.batch_data()["data"]
+        expected = sum(files[i].stat().st_size for i in sample_ids(images))
+        key = "bytes_read" if reader == "folder" else "encoded_bytes_read"
+        assert said == {"images_decoded": 4, key: expected}
+    loader.close()

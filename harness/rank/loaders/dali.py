@@ -12,6 +12,10 @@ which the converter shuffled), shuffled within a buffer, and the next shard in t
 an epoch the ranks' samples are disjoint. Partial batches at the end of an epoch are dropped. The
 seeds are ``seed + rank``, so that ranks draw different orders, crops and flips.
 
+Each sample's encoded size (the shape of what the reader read) travels with its batch, so a
+batch says what it read however DALI shuffled and read ahead: the folder reader's files, whole; the
+TFRecord reader's encoded images (``image/encoded``, without the records' other features and framing).
+
 A sample DALI cannot read or decode stops the run with :class:`DaliDataError` naming the file: DALI
 names it for truncated JPEGs and unreadable files (for TFRecords, the shard and byte offset, which
 is mapped back to the record's ``image/filename``). For data it cannot even identify (a text file
@@ -236,7 +240,7 @@ class DaliLoader(Loader):
             raise ValueError(f"dataset {self.root} has {total} images: too few for one batch of "
                              f"{workload.batch_size} per rank on {rank.world_size} ranks")
         self.iterator = self._guard(  # it runs the first batch, so a bad sample may show up here already
-            lambda: DALIGenericIterator([self.pipeline], ["images", "labels"], reader_name=READER,
+            lambda: DALIGenericIterator([self.pipeline], ["images", "labels", "read"], reader_name=READER,
                                         auto_reset=True, last_batch_policy=LastBatchPolicy.DROP))
         self._settings = {"decode_device": decode_device, "reader": self.data_format,
                           "threads": workload.dali_threads, "prefetch": workload.prefetch,
@@ -267,6 +271,7 @@ class DaliLoader(Loader):
                 jpegs, labels = sample["image/encoded"], sample["image/class/label"]
             else:
                 jpegs, labels = fn.readers.file(file_root=str(self.root), **reader_args)
+            read = jpegs.shape()  # the encoded sample's length in bytes, on the host
             images = fn.decoders.image(jpegs, device=decode_device, output_type=types.RGB)
             images = fn.random_resized_crop(images, size=[workload.image_size, workload.image_size])
             images = fn.crop_mirror_normalize(
@@ -275,7 +280,7 @@ class DaliLoader(Loader):
                 mirror=fn.random.coin_flip(probability=0.5))
             if gpu and decode_device == "cpu":
                 images = images.gpu()  # DALI's copy to the GPU overlaps the next batch's CPU work
-            return images, labels  # labels stay on the host: checked there, then copied
+            return images, labels, read  # labels stay on the host: checked there, then copied
 
         return pipeline()
 
@@ -303,12 +308,18 @@ class DaliLoader(Loader):
             epoch = iter(self.iterator)
             while (batch := self._guard(next, epoch, None)) is not None:
                 images, labels = batch[0]["images"], batch[0]["labels"]
+                self._last_read = batch[0]["read"]
                 yield (images.to(self.device, non_blocking=True),
                        self._labels(labels).to(self.device, non_blocking=True))
 
+    _last_read: torch.Tensor | None = None
+
     def batch_data(self) -> dict:
-        return {"not_counted": {"data": "DALI's reader shuffles and reads ahead in its own threads: which files a "
-                                        "batch holds is not known to the rank"}}
+        if self._last_read is None:
+            return {"not_counted": {"data": "no batch was taken"}}
+        read = int(self._last_read.sum())
+        key = "bytes_read" if self.data_format == "folder" else "encoded_bytes_read"
+        return {"data": {"images_decoded": int(self._last_read.shape[0]), key: read}}
 
     def settings(self) -> dict:
         return dict(self._settings)
