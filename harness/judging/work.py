@@ -67,8 +67,9 @@ def cell_work(records: Sequence[Mapping]) -> dict | None:
         kinds = sorted({kind for work in works for kind in work["collectives"]})
         result["collectives"] = {kind: {field: sum(work["collectives"].get(kind, {}).get(field, 0) for work in works)
                                         for field in ("calls", "bytes")} for kind in kinds}
-    if "memory" in counted:
-        result["memory"] = {"step_peak_bytes": max(work["memory"]["step_peak_bytes"] for work in works)}
+    if "memory" in counted:  # each peak the ranks give, the largest rank's
+        result["memory"] = {key: max(work["memory"][key] for work in works)
+                            for key in sorted(set.intersection(*(set(work["memory"]) for work in works)))}
     if "data" in counted:
         result["data"] = _summed(work["data"] for work in works)
     if "gpu" in counted:
@@ -290,9 +291,22 @@ def _collectives(before: Mapping, after: Mapping) -> list[Moved]:
     return moved
 
 
+MEMORY_FIGURES = {"step_peak_bytes": "memory", "allocator_peak_bytes": "allocator peak"}
+"""What each memory figure is called in a change: the dispatcher's peak of the step's own storages
+(torch), and the runtime's allocator's peak over the step (CUDA's, TensorFlow's GPU allocator)."""
+
+
 def _memory(before: Mapping, after: Mapping) -> list[Moved]:
-    was, now = before["step_peak_bytes"], after["step_peak_bytes"]
-    return [] if was == now else [Moved("memory", f"memory {_percent(was, now)}", now / was if was else None)]
+    moved = []
+    for key in sorted(set(before) | set(after), key=lambda key: (key != "step_peak_bytes", key)):
+        was, now, name = before.get(key), after.get(key), MEMORY_FIGURES.get(key, key)
+        if was == now:
+            continue
+        if was is None or now is None:
+            moved.append(Moved("memory", f"{name} counted by one side only"))
+        else:
+            moved.append(Moved("memory", f"{name} {_percent(was, now)}", now / was if was else None))
+    return moved
 
 
 def _data(before: Mapping, after: Mapping) -> list[Moved]:

@@ -183,4 +183,4 @@ class AllocatorPeak:
             return {"not_counted": {"memory": "TensorFlow gives its allocator's peak on a GPU only "
                                               "(tf.config.experimental.get_memory_info)"}}
         info = tf.config.experimental.get_memory_info("GPU:0")
-        return {"memory": {"allocator_peak_bytes": int(info["peak"]), "by": "TensorFlow's GPU allocator"}}
+        return {"memory": {"allocator_peak_bytes": int(info["peak"])}}

@@ -146,6 +146,8 @@ class TorchWorkCounter(WorkCounter):
         self.phases = PhaseSplit(self.flops.get_total_flops)
         self.counting = StepCountingMode(self.tally, self.phases)
         self.kernels = KernelCount(self.device) if self.device.type == "cuda" else None
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
         with contextlib.ExitStack() as stack:  # unwound at once where a part cannot start
             for part in (self.kernels, self.collectives(self.tally) if self.collectives else None,
                          self.flops, self.counting):
@@ -163,7 +165,9 @@ class TorchWorkCounter(WorkCounter):
             "flops": {"total": int(self.flops.get_total_flops()), "by_operator": dict(sorted(by_operator.items())),
                       "by_phase": self.phases.to_json()},
             "collectives": self.tally.to_json(),
-            "memory": {"step_peak_bytes": self.counting.peak_bytes},
+            "memory": {"step_peak_bytes": self.counting.peak_bytes,  # the dispatcher's, named so
+                       **({"allocator_peak_bytes": int(torch.cuda.max_memory_allocated(self.device))}
+                          if self.device.type == "cuda" else {})},
             "not_counted": {},
         }
         if self.kernels is not None:

@@ -281,7 +281,8 @@ def _work_section(cells: Sequence[Mapping]) -> str:
             sum(work["operators"].values()) if "operators" in work else "-",
             ", ".join(f"{kind} {c['calls']}, {c['bytes'] / 1e6:.2f}" for kind, c in work["collectives"].items())
             if "collectives" in work else "-",
-            f"{work['memory']['step_peak_bytes'] / 1e6:.1f}" if "memory" in work else "-",
+            ", ".join(f"{value / 1e6:.1f}" + ("" if key == "step_peak_bytes" else " (allocator)")
+                      for key, value in work["memory"].items()) if "memory" in work else "-",
             f"{data['images_decoded']}, {data['bytes_read'] / 1e6:.3f}" if "bytes_read" in data else "-",
             work.get("cost_s", "-"),
             "; ".join(f"{part}: {why}" for part, why in (work.get("not_counted") or {}).items()),

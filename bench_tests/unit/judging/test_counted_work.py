@@ -87,6 +87,20 @@ def test_phases_a_runtime_cannot_count_are_carried_with_why_never_as_zero():
     assert cell["flops"]["phases_not_counted"] == {"backward": "MXNet counts no FLOPs"}
 
 
+def test_an_allocators_peak_is_named_apart_from_the_dispatchers():
+    def gpu_rank(dispatcher, allocator):
+        return {**rank_work(), "memory": {"step_peak_bytes": dispatcher, "allocator_peak_bytes": allocator}}
+
+    before = cell_work(launch(gpu_rank(800, 5000), gpu_rank(900, 4000)))
+    assert before["memory"] == {"allocator_peak_bytes": 5000, "step_peak_bytes": 900}
+    after = cell_work(launch(gpu_rank(800, 5500), gpu_rank(900, 4000)))
+    assert [m.text for m in compare_work(before, after).moved] == ["allocator peak +10.0%"]
+    cpu = cell_work(launch(rank_work(memory=800), rank_work(memory=900)))
+    assert [m.text for m in compare_work(cpu, before).moved] == ["allocator peak counted by one side only"]
+    allocator_only = cell_work(launch({**rank_work(), "memory": {"allocator_peak_bytes": 7}}))
+    assert allocator_only["memory"] == {"allocator_peak_bytes": 7}
+
+
 def test_collectives_name_their_kind_bytes_and_calls():
     before = cell_work(launch(rank_work()))
     fewer = {**rank_work(), "collectives": {"all_reduce": {"calls": 1, "bytes": 4000},

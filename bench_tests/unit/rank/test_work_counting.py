@@ -221,6 +221,7 @@ def test_a_gpu_step_counts_its_kernels_beside_their_time():
     a, b = torch.ones(1000, device=cuda), torch.ones(1000, device=cuda)
     work = counted(lambda: (a + b) * b, TorchWorkCounter(cuda), steps=2)
     assert work["gpu"] == {"kernels": 2}  # one elementwise kernel each
+    assert work["memory"]["allocator_peak_bytes"] >= 4 * 4000  # a, b and the two results: CUDA's own peak
     assert work["timed"]["gpu_kernel_time_s"] > 0 and "steps_differ" not in work
 
 
