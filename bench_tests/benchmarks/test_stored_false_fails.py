@@ -1,7 +1,7 @@
 """What launching a cell until it is settled costs an unchanged cell: its false-fail rate, simulated
 through the stored path's own code.
 
-Each simulated session records a baseline as ``--update-baselines --repeat N`` does (N launches,
+Each simulated session records a baseline as ``--update-baselines --cell-repeats N`` does (N launches,
 each judged, :func:`harness.judging.recording.baseline_entries`, written by
 :class:`harness.store.baselines.BaselineFile`), then measures the unchanged cell as the nightly does:
 :func:`harness.session.stored.measure_until_settled` with the session's own judge
@@ -74,7 +74,7 @@ def new_result() -> CellResult:
 
 
 def recorded(simulated: Simulated, repeats: int, path: Path, band_floor: float) -> BaselineFile:
-    """A baseline recorded from ``repeats`` launches, as ``--update-baselines --repeat`` records it."""
+    """A baseline recorded from ``repeats`` launches, as ``--update-baselines --cell-repeats`` records it."""
     empty = BaselineFile.load(path, "simulated")
     results = []
     for _ in range(repeats):

@@ -666,7 +666,7 @@ class Suite:
 
     def update_baselines(self) -> list[str]:
         """Write the completed cells into the baseline file. A cell measured several times
-        (``--repeat``) is stored as the mean of its repeats with a band derived from their spread
+        (``--cell-repeats``) is stored as the mean of its repeats with a band derived from their spread
         (:mod:`harness.judging.recording`). Each entry carries what rebuilds its environment for
         ``--confirm``: the launch environment, and the package sets of torch's environment and of the
         one its ranks ran in, kept beside the file (those newly written: :attr:`package_sets_written`)."""
