@@ -183,3 +183,48 @@ def test_a_bisect_over_six_commits_names_the_wider_layer_by_its_work(tmp_path):
           f"of wall time; culprit {[c['point'][:10] for c in result['culprits']]} (the wider layer: {culprit[:10]})")
     assert [(c["point"], c["verified"]) for c in result["culprits"]] == [(culprit, True)]
     assert result["culprits"][0]["evidence"].startswith("work: +")
+
+
+EVERY_FRAMEWORK = [("ddp", "native", 2, "mpirun"), ("torch_ps_sync", "synthetic", 3, "torchrun"),
+                   ("tensorflow", "native-tfrecord", 2, "mpirun"), ("horovod_tf", "native", 2, "mpirun"),
+                   ("mxnet", "native", 2, "mpirun")]
+"""One counted cell of each framework whose ranks count (ResNet20, the launch tests' workload)."""
+
+
+def test_every_framework_counts_the_same_work_launch_after_launch_and_what_counting_costs(tmp_path, tiny_dataset,
+                                                                                          tiny_tfrecords):
+    """An A/A of 2 pairs (4 counted launches) a framework, every count equal, and beside each counted
+    launch a plain one (counting off), in random order, their wall times side by side."""
+    from bench_tests.workloads import TEST_MODEL, TINY
+
+    rng = random.Random(1)
+    workload = TINY.replace(data_dir=str(tiny_dataset), tfrecord_dir=str(tiny_tfrecords))
+    report = {}
+    for framework, loader, ranks, launcher in EVERY_FRAMEWORK:
+        cell = Cell(framework=framework, loader=loader, model=TEST_MODEL, ranks=ranks)
+        walls, digests, works = {True: [], False: []}, [], []
+        for round_ in range(4):
+            for count in rng.sample([True, False], 2):
+                options = RankOptions(cores_per_rank=1, count_work=count) if ranks <= 2 else \
+                    RankOptions(count_work=count)
+                run = run_cell(cell, workload, LAUNCHERS.create(launcher), workdir=tmp_path / f"{cell.id}-{round_}-{count}",
+                               options=options)
+                assert run.ok, run.error
+                walls[count].append(run.wall_s)
+                if count:
+                    works.append(cell_work(run.records))
+                    digests.append(work_digest(works[-1]))
+        first = works[0]
+        report[cell.id] = {"digests": digests, "wall_counted_s": walls[True], "wall_plain_s": walls[False],
+                           "median_ratio": statistics.median(c / p for c, p in zip(walls[True], walls[False])),
+                           "counted_step_s": [work["cost_s"] for work in works],
+                           "flops": first.get("flops", {}).get("total"),
+                           "flops_by_phase": first.get("flops", {}).get("by_phase"),
+                           "collectives": first.get("collectives"), "data": first.get("data"),
+                           "not_counted": first.get("not_counted")}
+        print(f"{cell.id}: {len(set(digests))} distinct work in 4 counted launches; wall counted/plain median "
+              f"{report[cell.id]['median_ratio']:.3f} ({walls[True]} vs {walls[False]})", flush=True)
+    output = Path(os.environ.get("DLSCALE_WORK_JSON", "results/counted_work_every_framework.json"))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=1))
+    assert all(len(set(cell["digests"])) == 1 for cell in report.values()), report
