@@ -103,3 +103,20 @@ def test_an_mxnet_step_counts_its_profilers_operators_its_forward_flops_its_kvst
     assert work["collectives"]["push"] == {"calls": 2 * 59, "bytes": 2 * RESNET20_PARAMETER_BYTES}
     assert work["collectives"]["pull"] == {"calls": 2 * 59, "bytes": 2 * RESNET20_PARAMETER_BYTES}
     assert work["data"]["images_decoded"] == images and work["data"]["bytes_read"] > images * 100
+
+
+@pytest.mark.parametrize("framework", ["mxnet_ps_sync", "mxnet_ps_async"])
+@pytest.mark.parametrize("launcher", ["torchrun"], indirect=True)
+def test_an_mxnet_parameter_server_cell_counts_its_workers_pushes_and_pulls_and_its_servers_updates(
+        framework, launcher, tmp_path, tiny_dataset):
+    from harness.judging.servers import server_summary
+
+    run = launched(framework, 3, launcher, tmp_path, tiny_dataset)  # two workers, one server
+    work = cell_work(run.records)
+    assert work["collectives"]["push"] == {"calls": 2 * 59, "bytes": 2 * RESNET20_PARAMETER_BYTES}
+    assert work["collectives"]["pull"] == {"calls": 2 * 59, "bytes": 2 * RESNET20_PARAMETER_BYTES}
+    served = server_summary(run.server_records)
+    rounds = 2 if framework.endswith("async") else 1  # a synchronous round sums the workers' pushes first
+    assert served["timed_updates"] == TINY.steps * rounds  # the counted step is not a timed update
+    assert served["work"]["by_server"]["0"]["applied"] == {"calls": 59 * rounds,
+                                                           "bytes": rounds * RESNET20_PARAMETER_BYTES}

@@ -35,6 +35,12 @@ def served_work(records: Sequence[Mapping]) -> dict:
     differ: set[str] = set()
     for record in records:
         server, work = str(record.get("server")), record.get("work")
+        if work and "applied" in work:  # a server that sees updates, not the workers' pushes (ps-lite's)
+            if server in by_server:
+                differ.update([server] if by_server[server]["applied"] != work["applied"] else [])
+                continue
+            by_server[server] = {"applied": work["applied"], "by_worker_not_counted": work.get("by_worker_not_counted")}
+            continue
         if not work or "by_worker" not in work:
             not_counted.setdefault(server, (work or {}).get("not_counted", "this server's harness does not count"))
             continue

@@ -153,3 +153,24 @@ def test_a_servers_updater_counts_timed_rounds_of_every_key_and_sums_the_average
     for value in (3.0, 5.0):
         counter(AVERAGE_KEY + 4, np.array([value]), total)
     assert total.tolist() == [8.0] and counter.stats.updates == 2
+
+
+def test_a_servers_updates_beyond_the_window_are_the_counted_steps_never_timed_ones():
+    import numpy as np
+
+    from harness.rank.frameworks.mxnet_ps import UpdateCounter
+
+    ticks = iter(range(100))
+    counter = UpdateCounter(lambda *args: None, expected=2, clock=lambda: float(next(ticks)))
+    counter.optimizer_updater = lambda key, gradient, weight: weight.__isub__(gradient)
+    weights = {0: np.zeros(3, dtype=np.float32), 1: np.zeros(5, dtype=np.float64)}
+    assert counter.served_work() == {"not_counted": "no worker counted a step (counting turned off, or failed: "
+                                                    "see the workers' work)"}
+    counter.window_starts()
+    for key in (0, 1, 0, 1):  # the window's two rounds
+        counter(key, np.ones_like(weights[key]), weights[key])
+    for key in (0, 1):  # the counted step's round
+        counter(key, np.ones_like(weights[key]), weights[key])
+    assert counter.stats.updates == 2 and weights[0].tolist() == [-3.0] * 3  # applied, not timed
+    assert counter.served_work() == {"applied": {"calls": 2, "bytes": 3 * 4 + 5 * 8}, "steps": 1,
+                                     "by_worker_not_counted": "ps-lite names no worker to the server's updater"}

@@ -16,6 +16,13 @@ A serving rank runs ps-lite's server in its own process (MXNet's ``KVStoreServer
 controller of its own: besides the optimizer it takes worker 0's word that the timed window starts,
 and it wraps the optimizer's updater to count the timed updates (the server's rate). ps-lite does
 not tell the updater which worker a gradient comes from, so no staleness is recorded.
+
+The workers count a step after the window (harness.rank.work): each counts its kvstore's pushes and
+pulls where the Trainer calls it (:meth:`~harness.rank.frameworks.mxnet.MXNetAdapter.
+counting_collectives`); a server counts the updates beyond the window's expected ones as the counted
+step's, with the bytes applied, never as timed updates. Asynchronously a fast worker's counted push
+may land before a slow worker's last timed one: the window then ends at the expected count of
+updates all the same.
 """
 from __future__ import annotations
 
@@ -24,10 +31,13 @@ import pickle
 import time
 from typing import Callable
 
+import numpy
+
 from harness.rank.frameworks.base import Server
 from harness.rank.frameworks.mxnet import AVERAGE_KEY, MXNetAdapter
 from harness.rank.frameworks.ps_common import ServerRoles, ServerStats, check_settings, workers_beside
 from harness.rank.rankenv import RankInfo
+from harness.rank.work import COUNTED_STEPS
 
 SERVE = "dlscale:serve"
 """Worker 0's command that the workers are set up: the server takes over its updater."""
@@ -47,6 +57,8 @@ class UpdateCounter:
         self.stats = ServerStats()
         self.timed = False
         self.calls: collections.Counter = collections.Counter()
+        self.counted = {"calls": 0, "bytes": 0}
+        """Updates after the window's expected ones (the workers' counted step), and their bytes."""
 
     def window_starts(self) -> None:
         self.timed = True
@@ -61,11 +73,24 @@ class UpdateCounter:
         else:
             self.optimizer_updater(key, pushed, stored)
         if self.timed:
+            if self.calls[key] >= self.expected:  # this key's window is over: a counted step's update
+                self.counted["calls"] += 1
+                self.counted["bytes"] += pushed.size * numpy.dtype(pushed.dtype).itemsize
+                return
             self.calls[key] += 1
             rounds = min(self.calls.values())  # every key this server holds updated that often
             if rounds > self.stats.updates:
                 self.stats.updates, self.stats.last_update = rounds, self.clock()
                 self.progress("timed", rounds, self.expected)
+
+
+    def served_work(self) -> dict:
+        """What this server applied for the workers' counted step: updates and bytes, not by worker
+        (ps-lite sums a synchronous round's pushes before the updater, and names no worker)."""
+        if not self.counted["calls"]:
+            return {"not_counted": "no worker counted a step (counting turned off, or failed: see the workers' work)"}
+        return {"applied": dict(self.counted), "steps": COUNTED_STEPS,
+                "by_worker_not_counted": "ps-lite names no worker to the server's updater"}
 
 
 class MXNetPSAdapter(ServerRoles, MXNetAdapter, Server):
@@ -105,10 +130,13 @@ class MXNetPSAdapter(ServerRoles, MXNetAdapter, Server):
         self.kv._barrier()  # noqa: SLF001 - no worker pushes before the servers count
 
     def forward_backward(self, images, labels):
-        return self._backward(images, labels)
+        return self.traced("forward_backward", self._backward, images, labels)
 
     def optimizer_step(self) -> None:
         self.trainer.step(1)  # the optimizer's rescale_grad already divides by the global batch
+
+    def work_not_counted(self) -> str | None:
+        return None
 
     def window_starts(self) -> None:
         if self.rank.rank == 0:
@@ -155,7 +183,7 @@ class MXNetPSAdapter(ServerRoles, MXNetAdapter, Server):
 
         Server(kv).run()
         return {"role": "server", "server": self.rank.rank - self.workers, "keys": len(counter.calls),
-                **counter.stats.to_json()}
+                **counter.stats.to_json(), "work": counter.served_work()}
 
     def settings(self) -> dict:
         return {"version": self.mx.__version__, "kvstore": self.kv.type, "update_on_kvstore": True,

@@ -57,9 +57,9 @@ class ServerRoles:
         return steps * (self.workers if self.mode == "async" else 1)
 
     def work_not_counted(self) -> str | None:
-        """torch's parameter server counts (its servers are the harness's own code); the others say why not."""
-        return ("its servers (ps-lite's, or TensorFlow's under its coordinator) take a step after the window for a "
-                "timed update and cannot be told it is counted; their pushes and pulls are not counted yet")
+        """torch's and MXNet's parameter servers count (their adapters override this); TensorFlow's says why not."""
+        return ("its workers' steps are run by TensorFlow's coordinator, which runs no step after the window for "
+                "the worker to count, and its servers are TensorFlow's: its pushes and pulls are not counted yet")
 
     def learning_rate_rule(self) -> str:
         return ("linearly scaled over the workers" if self.mode == "sync"
