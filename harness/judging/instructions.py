@@ -5,7 +5,11 @@ Pure functions on the ranks' records and on ``callgrind_annotate``'s listing; re
 is :func:`function_counts`'s only input from outside. A count is exact for the paths the rank took,
 yet a launch's steps differ by a little (the allocator's and the interpreter's state move on from
 step to step): a difference within :data:`SAME_WITHIN`, or within three times the larger of the two
-sides' own step-to-step spread, is "the same".
+sides' own step-to-step spread, is "the same". The ranks count every thread; each thread kind (the
+rank's own, communication, loader, other: :mod:`harness.rank.callgrind_threads`) is compared too,
+against its own spread: a communication thread's count follows how its peers' bytes arrive (gloo's
+TCP loop reads what has come), so its spread is wider than the rank thread's, and a change that
+moves only communication moves that kind's count far beyond it while the total hardly moves.
 """
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import re
 import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from harness.rank.callgrind_threads import KINDS
 
 SAME_WITHIN = 0.001
 """Relative difference below which two launches' counts are the same: A/As on a 2-core VM differed
@@ -33,19 +39,83 @@ _BARE_ADDRESS = re.compile(r"^\?\?\?:0x[0-9a-f]+$")
 
 def cell_instructions(records: Sequence[Mapping]) -> dict | None:
     """The cell's instructions per step: the training ranks' counts summed, each rank's, and the
-    largest step-to-step spread of a rank; None where no rank counted any."""
+    largest step-to-step spread of a rank; per thread kind where the ranks counted each thread
+    (``kinds``: the last step's, summed over the ranks; ``kind_spreads``: the spread of that sum
+    between the steps); None where no rank counted any."""
     counted = [record for record in records if (record.get("instructions") or {}).get("per_step")]
     if not counted:
         return None
     spreads = [_spread(record["instructions"]["steps"]) for record in counted]
-    return {"per_step": sum(record["instructions"]["per_step"] for record in counted),
+    cell = {"per_step": sum(record["instructions"]["per_step"] for record in counted),
             "ranks": {str(record["rank"]): record["instructions"]["per_step"] for record in counted},
-            "step_spread": max(spreads), "files": {str(record["rank"]): record["instructions"]["files"][-1]
+            "step_spread": max(spreads), "files": {str(record["rank"]): _dump_files(record["instructions"])
                                                    for record in counted}}
+    if all(record["instructions"].get("kinds") for record in counted):
+        steps_by_kind = _kinds_summed([record["instructions"]["kinds"] for record in counted])
+        cell["kinds"] = {kind: steps[-1] for kind, steps in steps_by_kind.items()}
+        cell["kind_spreads"] = {kind: _spread(steps) for kind, steps in steps_by_kind.items()}
+    return cell
+
+
+def _dump_files(counted: Mapping) -> list[str]:
+    """The last step's dump files: every thread's, or the one an older rank wrote."""
+    return list(counted.get("thread_files") or [counted["files"][-1]])
+
+
+def _kinds_summed(ranks: Sequence[Mapping[str, Sequence[int]]]) -> dict[str, list[int]]:
+    """Each kind's count per step, summed over the ranks."""
+    kinds = sorted({kind for rank in ranks for kind in rank}, key=_kind_order)
+    return {kind: [sum(step) for step in zip(*(rank.get(kind) or [0] for rank in ranks))] for kind in kinds}
+
+
+def _kind_order(kind: str) -> tuple[int, str]:
+    return (KINDS.index(kind) if kind in KINDS else len(KINDS), kind)
 
 
 def _spread(steps: Sequence[int]) -> float:
     return (max(steps) - min(steps)) / max(steps) if len(steps) > 1 and max(steps) else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class KindChange:
+    """One thread kind's count, the reference's against the current one's."""
+    kind: str
+    reference: int
+    current: int
+    tolerance: float
+
+    @property
+    def changed(self) -> bool:
+        if not self.reference:
+            return self.current != 0
+        return abs(self.current / self.reference - 1) > self.tolerance
+
+    def text(self) -> str:
+        counts = f"{self.current:,} against {self.reference:,}"
+        if not self.changed:
+            return f"{self.kind} the same ({counts}, within {self.tolerance:.1%})"
+        return f"{self.kind} {_relative(self.reference, self.current)} ({counts})"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "reference": self.reference, "current": self.current,
+                "tolerance": self.tolerance, "changed": self.changed}
+
+
+def compare_kinds(reference: Mapping, current: Mapping) -> tuple[KindChange, ...]:
+    """Each thread kind either side counted, against its own tolerance: :data:`SAME_WITHIN`, or three
+    times the larger of the sides' step-to-step spreads of that kind; () where a side did not count
+    by kind (an older harness)."""
+    if "kinds" not in reference or "kinds" not in current:
+        return ()
+    kinds = sorted(set(reference["kinds"]) | set(current["kinds"]), key=_kind_order)
+    changes = []
+    for kind in kinds:
+        counts = reference["kinds"].get(kind, 0), current["kinds"].get(kind, 0)
+        if not any(counts):
+            continue  # no thread of this kind on either side
+        spread = max(reference["kind_spreads"].get(kind, 0.0), current["kind_spreads"].get(kind, 0.0))
+        changes.append(KindChange(kind, *counts, tolerance=max(SAME_WITHIN, 3 * spread)))
+    return tuple(changes)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -56,20 +126,29 @@ class InstructionChange:
     """The relative difference within which the two are the same."""
     moved: tuple[tuple[str, int, int], ...] = ()
     """The functions whose counts moved most: (name, reference's, current's)."""
+    kinds: tuple[KindChange, ...] = ()
+    """Each thread kind's counts (:func:`compare_kinds`)."""
 
     @property
     def ratio(self) -> float:
         return self.current / self.reference
 
     @property
-    def changed(self) -> bool:
+    def total_changed(self) -> bool:
         return abs(self.ratio - 1) > self.tolerance
+
+    @property
+    def changed(self) -> bool:
+        """The total moved beyond its tolerance, or a thread kind beyond its own."""
+        return self.total_changed or any(kind.changed for kind in self.kinds)
 
     def text(self) -> str:
         counts = f"{self.current:,} against {self.reference:,} a step"
-        if not self.changed:
-            return f"instructions: the same ({counts}, within {self.tolerance:.2%})"
-        return f"instructions: {self.ratio - 1:+.2%} ({counts})"
+        total = (f"instructions: {self.ratio - 1:+.2%} ({counts})" if self.total_changed else
+                 f"instructions: the same ({counts}, within {self.tolerance:.2%})")
+        if not self.kinds:
+            return total
+        return f"{total}; by thread: {', '.join(kind.text() for kind in self.kinds)}"
 
     def moved_lines(self) -> list[str]:
         return [f"{current - reference:+,} ({_relative(reference, current)}) {_shortened(name)}"
@@ -78,6 +157,7 @@ class InstructionChange:
     def to_json(self) -> dict:
         return {"reference": self.reference, "current": self.current, "ratio": round(self.ratio, 6),
                 "tolerance": self.tolerance, "changed": self.changed,
+                "kinds": [kind.to_json() for kind in self.kinds],
                 "moved": [{"function": name, "reference": reference, "current": current}
                           for name, reference, current in self.moved]}
 
@@ -97,7 +177,8 @@ def compare_instructions(reference: Mapping, current: Mapping,
     ``functions``: each side's counts by function (:func:`function_counts`), whose largest moves
     are kept where the counts differ."""
     tolerance = max(SAME_WITHIN, 3 * max(reference["step_spread"], current["step_spread"]))
-    change = InstructionChange(reference=reference["per_step"], current=current["per_step"], tolerance=tolerance)
+    change = InstructionChange(reference=reference["per_step"], current=current["per_step"], tolerance=tolerance,
+                               kinds=compare_kinds(reference, current))
     if functions is None or not change.changed:
         return change
     return dataclasses.replace(change, moved=most_moved(*functions, top=top))
@@ -141,3 +222,12 @@ def function_counts(dump: Path) -> dict[str, int]:
     listing = subprocess.run(["callgrind_annotate", "--threshold=100", "--auto=no", "--show-percs=no", str(dump)],
                              capture_output=True, text=True, check=True).stdout
     return annotated_counts(listing)
+
+
+def threads_function_counts(dumps: Sequence[Path]) -> dict[str, int]:
+    """Instructions by function over a step's dump files, one a thread, summed."""
+    counts: dict[str, int] = {}
+    for dump in dumps:
+        for name, count in function_counts(dump).items():
+            counts[name] = counts.get(name, 0) + count
+    return counts

@@ -1,26 +1,33 @@
 """Host instructions of a rank's training steps, counted under valgrind's callgrind
-(``--count-instructions``, docs/verdicts.md "Host instructions").
+(``--count-instructions``, docs/verdicts.md "Host instructions"), on every thread of the rank.
 
 A rank whose spec asks for it executes itself again under ``valgrind --tool=callgrind`` with
 instrumentation off from the start (:func:`exec_under_callgrind`): the interpreter's start, the
 imports, the set-up and the warm-up run uninstrumented, about five times slower than natively
-rather than five hundred. After the (one-step) timed window, :class:`InstructionCounting` starts
-the instrumentation and collects :data:`INSTRUCTION_STEPS` steps, each dumped to a file of its own
-whose total is the step's count. The rank runs one compute thread with ``PYTHONHASHSEED=0`` where
-the launch sets none (a second thread's spin-waits and a random hash order are the counts' own
-noise), and oneDNN's AVX kernels (:data:`ONEDNN_ISA`): the counts describe the paths taken under
-valgrind, which offers no AVX-512 either. callgrind's client requests are macros; a few lines of C compiled before valgrind starts
+rather than five hundred. Collection is on for every thread from the start
+(``--collect-atstart=yes``): callgrind keeps it per thread and a client request toggles only the
+calling thread's, so a rank that toggled its own would leave gloo's and Horovod's threads uncounted.
+After the (one-step) timed window, :class:`InstructionCounting` starts the instrumentation once and
+counts :data:`INSTRUCTION_STEPS` steps: each zeroed and dumped through callgrind's monitor commands,
+which act on every thread (its client requests to zero and dump act on the calling thread only),
+into a file per thread (``--separate-threads=yes``) whose total is that thread's count of the step;
+:mod:`harness.rank.callgrind_threads` tells the threads' kinds apart. The rank runs one compute
+thread with ``PYTHONHASHSEED=0`` where the launch sets none (a second compute thread's spin-waits
+and a random hash order are the counts' own noise), and oneDNN's AVX kernels (:data:`ONEDNN_ISA`):
+the counts describe the paths taken under valgrind, which offers no AVX-512 either. callgrind's
+client requests are macros; a few lines of C compiled before valgrind starts
 (:func:`build_requests`) make them callable.
 """
 from __future__ import annotations
 
 import ctypes
 import os
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from harness.rank import callgrind_threads
 
 INSTRUCTION_STEPS = 2
 """Steps collected after the window; each is dumped and counted on its own."""
@@ -38,11 +45,11 @@ CLIENT_REQUESTS = r"""
 int dlscale_running_on_valgrind(void) { return RUNNING_ON_VALGRIND; }
 void dlscale_start_instrumentation(void) { CALLGRIND_START_INSTRUMENTATION; }
 void dlscale_stop_instrumentation(void) { CALLGRIND_STOP_INSTRUMENTATION; }
-void dlscale_toggle_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
-void dlscale_dump_stats_at(const char *label) { CALLGRIND_DUMP_STATS_AT(label); }
+int dlscale_monitor(const char *command) { return VALGRIND_MONITOR_COMMAND(command); }
 """
 
-TOTALS = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)
+NOT_COUNTED_PROCESSES = ("a loader's worker processes (torch's DataLoader workers) run under valgrind uninstrumented: "
+                         "their instructions are not counted")
 
 
 class CannotCount(RuntimeError):
@@ -74,8 +81,9 @@ def build_requests(directory: Path) -> Path:
 
 def callgrind_command(output_dir: Path) -> list[str]:
     """valgrind's arguments for a rank writing its counts and its log into ``output_dir``."""
-    return [shutil.which("valgrind") or "valgrind", "--tool=callgrind", "--collect-atstart=no", "--instr-atstart=no",
-            f"--callgrind-out-file={output_dir}/callgrind-%p.out", f"--log-file={output_dir}/valgrind-%p.log"]
+    return [shutil.which("valgrind") or "valgrind", "--tool=callgrind", "--collect-atstart=yes", "--instr-atstart=no",
+            "--separate-threads=yes", f"--callgrind-out-file={output_dir}/callgrind-%p.out",
+            f"--log-file={output_dir}/valgrind-%p.log"]
 
 
 def exec_under_callgrind(argv: list[str], output_dir: Path) -> None:
@@ -92,7 +100,7 @@ def exec_under_callgrind(argv: list[str], output_dir: Path) -> None:
 
 class InstructionCounting:
     """The steps after a rank's window, each between :meth:`start` and :meth:`stop`, counted as
-    instructions; :meth:`result` is the record's ``instructions``."""
+    instructions on every thread; :meth:`result` is the record's ``instructions``."""
 
     steps = INSTRUCTION_STEPS
 
@@ -101,37 +109,77 @@ class InstructionCounting:
         if not path:
             raise CannotCount("the rank does not run under callgrind")
         self.requests = ctypes.CDLL(path)
-        self.requests.dlscale_dump_stats_at.argtypes = [ctypes.c_char_p]
+        self.requests.dlscale_monitor.argtypes = [ctypes.c_char_p]
         if not self.requests.dlscale_running_on_valgrind():
             raise CannotCount("callgrind's client requests reach no valgrind")
-        self.output = output_dir / f"callgrind-{os.getpid()}.out"
-        self.counts: list[int] = []
+        self.directory = output_dir
+        self.output = f"callgrind-{os.getpid()}.out"
+        self.log = output_dir / f"valgrind-{os.getpid()}.log"
+        self.dumped = 0
+        self.names: list[dict[int, str]] = []
         self.instrumented = False
 
+    def monitor(self, command: str) -> None:
+        if self.requests.dlscale_monitor(command.encode()) != 0:
+            raise CannotCount(f"callgrind does not know the monitor command {command!r}")
+
     def start(self) -> None:
-        if not self.instrumented:
+        if not self.instrumented:  # once: each switch of the instrumentation discards every translation
             self.requests.dlscale_start_instrumentation()
             self.instrumented = True
-        self.requests.dlscale_toggle_collect()
+        self.monitor("zero")  # every thread's costs, from the step's first instruction
 
     def stop(self, images: int) -> None:
-        self.requests.dlscale_toggle_collect()
-        step = len(self.counts) + 1
-        self.requests.dlscale_dump_stats_at(f"dlscale step {step}".encode())
-        self.counts.append(step_total(Path(f"{self.output}.{step}")))
-        if len(self.counts) == self.steps:
+        self.monitor(f"dump dlscale step {self.dumped + 1}")  # every thread's, a file each
+        self.dumped += 1
+        self.monitor("v.info scheduler")  # valgrind's thread ids with their lwpids, into its log
+        self.names.append(live_thread_names())
+        if self.dumped == self.steps:
             self.requests.dlscale_stop_instrumentation()
 
     def result(self) -> dict:
-        """The last step's count, each step's, and the dump files (for ``callgrind_annotate``)."""
-        return {"per_step": self.counts[-1] if self.counts else None, "steps": self.counts,
-                "files": [f"{self.output.name}.{step}" for step in range(1, len(self.counts) + 1)],
-                "threads": 1, "hash_seed": os.environ.get("PYTHONHASHSEED")}
+        """Each step's count (all threads), per thread kind and per thread, and the dump files (for
+        ``callgrind_annotate``): the rank thread's per step and every thread's of the last."""
+        lwpids = callgrind_threads.scheduler_lwpids(self.log.read_text(errors="replace"))
+        steps = []
+        for step in range(1, self.dumped + 1):
+            files = callgrind_threads.thread_files(self.directory, self.output, step)
+            by_lwpid = self.names[step - 1]
+            listing = lwpids[step - 1] if step <= len(lwpids) else {}
+            names = {thread: by_lwpid.get(lwpid) for thread, lwpid in listing.items()}
+            steps.append(callgrind_threads.step_threads(files, names))
+        totals = [sum(thread["count"] for thread in threads) for threads in steps]
+        kinds = [callgrind_threads.by_kind(threads) for threads in steps]
+        return {"per_step": totals[-1] if totals else None, "steps": totals,
+                "kinds": {kind: [counts[kind] for counts in kinds] for kind in callgrind_threads.KINDS},
+                "threads": _threads_across_steps(steps),
+                "files": [_rank_file(threads) for threads in steps],
+                "thread_files": [thread["file"] for thread in steps[-1]] if steps else [],
+                "compute_threads": 1, "hash_seed": os.environ.get("PYTHONHASHSEED"),
+                "not_counted": NOT_COUNTED_PROCESSES}
 
 
-def step_total(dump: Path) -> int:
-    """The instructions a callgrind dump file totals."""
-    found = TOTALS.search(dump.read_text(errors="replace"))
-    if found is None:
-        raise CannotCount(f"{dump.name} has no totals line")
-    return int(found.group(1))
+def live_thread_names() -> dict[int, str]:
+    """The names of this process's threads now, by their kernel thread ids."""
+    names = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            names[int(task.name)] = (task / "comm").read_text().strip()
+        except (OSError, ValueError):
+            continue  # a thread that ended while listed
+    return names
+
+
+def _rank_file(threads: list[dict]) -> str | None:
+    return next((thread["file"] for thread in threads if thread["kind"] == callgrind_threads.RANK), None)
+
+
+def _threads_across_steps(steps: list[list[dict]]) -> list[dict]:
+    """Each thread once: its id, name, kind and its count in each step (0 where it had no dump)."""
+    threads: dict[int, dict] = {}
+    for index, step in enumerate(steps):
+        for thread in step:
+            entry = threads.setdefault(thread["thread"], {"thread": thread["thread"], "name": thread["name"],
+                                                          "kind": thread["kind"], "steps": [0] * len(steps)})
+            entry["steps"][index] = thread["count"]
+    return list(threads.values())

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable
 
-from harness.judging.instructions import cell_instructions, compare_instructions, function_counts
+from harness.judging.instructions import cell_instructions, compare_instructions, threads_function_counts
 from harness.launch.runner import CellRun, RunLimits
 from harness.rank.workload import Workload
 
@@ -52,7 +52,8 @@ def count_instructions(launch: Callable[[str], CellRun], refused: Callable[[str]
                     "launches": launches}
         sides[side] = {**counted, "output_dir": str(run.log_path.parent)}
     try:
-        functions = tuple(function_counts(Path(sides[side]["output_dir"]) / sides[side]["files"]["0"])
+        functions = tuple(threads_function_counts([Path(sides[side]["output_dir"]) / name
+                                                   for name in sides[side]["files"]["0"]])
                           for side in SIDES)
     except (OSError, subprocess.CalledProcessError, KeyError):
         functions = None  # the counts stand without the functions that moved

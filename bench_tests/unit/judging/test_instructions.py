@@ -29,6 +29,16 @@ def counted(per_step: int, steps: tuple[int, int] | None = None, rank: int = 0) 
                                            "files": [f"callgrind-1.out.{n}" for n in (1, 2)]}}
 
 
+def by_thread(rank: tuple[int, int], communication: tuple[int, int], rank_id: int = 0) -> dict:
+    """A rank's record as one that counts every thread writes it (harness.rank.instructions)."""
+    steps = [own + other for own, other in zip(rank, communication)]
+    return {"rank": rank_id, "instructions": {
+        "per_step": steps[-1], "steps": steps,
+        "kinds": {"rank": list(rank), "communication": list(communication), "loader": [0, 0], "other": [0, 0]},
+        "files": ["callgrind-7.out.1-01", "callgrind-7.out.2-01"],
+        "thread_files": ["callgrind-7.out.2-01", "callgrind-7.out.2-03", "callgrind-7.out.2-04"]}}
+
+
 def test_the_listing_gives_each_function_and_run_time_code_as_one():
     counts = annotated_counts(LISTING)
     assert counts[JIT_CODE] == 171_229_344 + 148_008_091  # addresses move from launch to launch
@@ -41,7 +51,7 @@ def test_a_cell_counts_its_ranks_summed_with_their_largest_step_spread():
     cell = cell_instructions([counted(1_000_000, (1_000_000, 999_000)), counted(1_002_000, rank=1),
                               {"rank": 2, "instructions": None}])
     assert cell["per_step"] == 2_002_000 and cell["ranks"] == {"0": 1_000_000, "1": 1_002_000}
-    assert cell["step_spread"] == pytest.approx(0.001) and cell["files"]["0"] == "callgrind-1.out.2"
+    assert cell["step_spread"] == pytest.approx(0.001) and cell["files"]["0"] == ["callgrind-1.out.2"]
     assert cell_instructions([{"rank": 0}]) is None
 
 
@@ -110,3 +120,41 @@ def test_each_launch_under_callgrind_is_logged_with_the_error_that_ended_it(tmp_
                                    "log": str(Path(tmp_path / "reference" / "launch.log"))}
     assert logged["current"]["status"] == "timeout" and logged["current"]["error"] == "rank 0: silent 1200 s"
     assert timed_launches(list(logged.values())) == []  # no timed figures are read off them
+
+
+def test_a_cell_counts_each_thread_kind_summed_over_its_ranks_with_that_sums_spread():
+    cell = cell_instructions([by_thread((897_000_000, 897_100_000), (450_000, 540_000)),
+                              by_thread((897_200_000, 897_150_000), (690_000, 400_000), rank_id=1)])
+    assert cell["per_step"] == 897_100_000 + 540_000 + 897_150_000 + 400_000
+    assert cell["kinds"] == {"rank": 1_794_250_000, "communication": 940_000, "loader": 0, "other": 0}
+    assert cell["kind_spreads"]["communication"] == pytest.approx((1_140_000 - 940_000) / 1_140_000)
+    assert cell["files"]["0"] == ["callgrind-7.out.2-01", "callgrind-7.out.2-03", "callgrind-7.out.2-04"]
+    assert "kinds" not in cell_instructions([counted(1_000_000)])  # an older rank counted its thread only
+    assert cell_instructions([counted(1_000_000)])["files"]["0"] == ["callgrind-1.out.2"]
+
+
+def test_a_change_of_communication_alone_is_named_though_the_total_hardly_moves():
+    """Communication three times the reference's is under 0.1% of the total: the total reads the
+    same, the communication threads' count moved far beyond its own spread, and the change is one."""
+    reference = cell_instructions([by_thread((900_000_000, 900_000_000), (400_000, 440_000))])
+    current = cell_instructions([by_thread((900_000_000, 900_000_000), (1_200_000, 1_300_000))])
+    change = compare_instructions(reference, current)
+    assert not change.total_changed and change.changed
+    rank, communication = change.kinds
+    assert not rank.changed and communication.changed
+    assert communication.tolerance == pytest.approx(3 * (440_000 - 400_000) / 440_000)
+    assert change.text() == ("instructions: the same (901,300,000 against 900,440,000 a step, within 0.10%); "
+                             "by thread: rank the same (900,000,000 against 900,000,000, within 0.1%), "
+                             "communication +195.5% (1,300,000 against 440,000)")
+    assert change.to_json()["kinds"][1] == {"kind": "communication", "reference": 440_000, "current": 1_300_000,
+                                            "tolerance": communication.tolerance, "changed": True}
+
+
+def test_thread_kinds_within_their_own_spread_are_the_same_and_a_side_without_kinds_compares_totals():
+    reference = cell_instructions([by_thread((900_000_000, 900_000_000), (1_000_000, 1_300_000))])
+    current = cell_instructions([by_thread((900_000_000, 900_000_000), (1_100_000, 1_000_000))])
+    change = compare_instructions(reference, current)
+    assert not change.changed and [kind.kind for kind in change.kinds] == ["rank", "communication"]
+    older = cell_instructions([counted(901_300_000)])  # a reference whose ranks counted one thread
+    assert compare_instructions(older, current).kinds == ()
+    assert "by thread" not in compare_instructions(older, current).text()

@@ -1,0 +1,105 @@
+"""A rank's threads under callgrind told apart: each thread's count of a step (callgrind's
+``--separate-threads=yes`` writes a dump file per thread), its name and its kind.
+
+A kind is :data:`RANK` for the thread that runs the step (valgrind's thread 1, the rank's main
+thread), :data:`COMMUNICATION` for a collective library's threads (gloo's run loops and its TCP
+loop, NCCL's, Horovod's background loop, MPI's progress threads), :data:`LOADER` for an input
+pipeline's (tf.data's, DALI's, torch's pin-memory thread) and :data:`OTHER` for the rest. A thread
+is known by its name (``/proc/self/task/<lwpid>/comm``, matched to valgrind's thread id through
+its scheduler's listing) where the library names its threads, else by the functions its dump
+holds (Horovod's thread keeps the interpreter's name). Pure functions on the files' text.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable, Mapping
+
+RANK, COMMUNICATION, LOADER, OTHER = "rank", "communication", "loader", "other"
+KINDS = (RANK, COMMUNICATION, LOADER, OTHER)
+RANK_THREAD = 1
+"""valgrind's id of a process's first thread: the rank's main thread, which runs its steps (on a
+CPU, autograd runs the backward on the thread that calls it)."""
+
+COMMUNICATION_NAMES = re.compile(r"gloo|nccl|horovod|mpi|pmix|ucx|progress", re.IGNORECASE)
+LOADER_NAMES = re.compile(r"tf_data|dali|pin_memory", re.IGNORECASE)
+COMMUNICATION_FUNCTIONS = re.compile(
+    r"^(?:.*\s)?(?:gloo::|c10d::|horovod::|nccl|ompi_|opal_|mca_|PMPI_|ucp_|uct_)")
+LOADER_FUNCTIONS = re.compile(r"^(?:.*\s)?(?:tensorflow::data::|dali::)")
+
+_TOTALS = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)
+_FUNCTION = re.compile(r"^c?fn=(?:\(\d+\) ?)?(.*)$", re.MULTILINE)
+_THREAD_FILE = re.compile(r"-(\d+)$")
+_SCHEDULED = re.compile(r"^(?:==\d+==\s*)?Thread (\d+): status = .*\(lwpid (\d+)\)", re.MULTILINE)
+
+
+def dump_total(text: str) -> int | None:
+    """The instructions a callgrind dump totals (None: no totals line, a dump cut short)."""
+    found = _TOTALS.search(text)
+    return int(found.group(1)) if found else None
+
+
+def dump_functions(text: str) -> set[str]:
+    """The functions a dump names: those its thread ran and those they called."""
+    return {name.strip() for name in _FUNCTION.findall(text) if name.strip()}
+
+
+def thread_files(directory: Path, output_name: str, dump: int) -> dict[int, Path]:
+    """The per-thread files of dump ``dump`` (``<output>.<dump>-<thread>``), by valgrind's thread id."""
+    found = {}
+    for path in directory.glob(f"{output_name}.{dump}-*"):
+        if match := _THREAD_FILE.search(path.name):
+            found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
+
+
+def scheduler_lwpids(listing: str) -> list[dict[int, int]]:
+    """Each ``v.info scheduler`` listing in valgrind's log, in order: valgrind's thread id -> the
+    kernel's thread id (its lwpid)."""
+    listings: list[dict[int, int]] = []
+    previous = None
+    for match in _SCHEDULED.finditer(listing):
+        tid, lwpid = int(match.group(1)), int(match.group(2))
+        if previous is None or tid <= previous:  # a listing starts again at its first thread
+            listings.append({})
+        listings[-1][tid] = lwpid
+        previous = tid
+    return listings
+
+
+def thread_kind(thread: int, name: str | None, functions: Iterable[str]) -> str:
+    """What a thread is: the rank's own, communication, loader or other."""
+    if thread == RANK_THREAD:
+        return RANK
+    if name and COMMUNICATION_NAMES.search(name):
+        return COMMUNICATION
+    if name and LOADER_NAMES.search(name):
+        return LOADER
+    functions = list(functions)
+    if any(COMMUNICATION_FUNCTIONS.match(function) for function in functions):
+        return COMMUNICATION
+    if any(LOADER_FUNCTIONS.match(function) for function in functions):
+        return LOADER
+    return OTHER
+
+
+def step_threads(files: Mapping[int, Path], names: Mapping[int, str]) -> list[dict]:
+    """A step's threads: each with its id, name (None: unknown), kind and count."""
+    threads = []
+    for thread, path in files.items():
+        text = path.read_text(errors="replace")
+        total = dump_total(text)
+        if total is None:
+            raise ValueError(f"{path.name} has no totals line")
+        name = names.get(thread)
+        kind = thread_kind(thread, name, () if thread == RANK_THREAD else dump_functions(text))
+        threads.append({"thread": thread, "name": name, "kind": kind, "count": total, "file": path.name})
+    return threads
+
+
+def by_kind(threads: Iterable[Mapping]) -> dict[str, int]:
+    """A step's count per thread kind, every kind present (0: no thread of it ran)."""
+    counts = dict.fromkeys(KINDS, 0)
+    for thread in threads:
+        counts[thread["kind"]] += thread["count"]
+    return counts
