@@ -26,12 +26,15 @@ PARTS = WORK_PARTS
 """The parts of a cell's work, in the order a change names them."""
 
 NOTES = (
-    "FLOPs by torch's FlopCounterMode: matrix products and convolutions, split into forward, backward and "
-    "the optimizer step (by whether autograd's engine ran the operator); elementwise operators, batch norm "
-    "and the optimizer's update have no formula and count none",
-    "memory: the peak of the storages a step's operators created beyond what was live before it, on the "
-    "rank that allocated most; what a framework allocates outside torch's operators is not seen",
-    "collectives: per tensor, the bytes each rank contributes, summed over the ranks",
+    "FLOPs: torch's by its FlopCounterMode (matrix products and convolutions; elementwise operators, batch norm "
+    "and the optimizer's update have no formula and count none), split into forward, backward and the optimizer "
+    "step by whether autograd's engine ran the operator; TensorFlow's by its registered statistics on the traced "
+    "graphs (some elementwise operations count too); MXNet's the forward's convolutions and dense layers only",
+    "memory: step_peak_bytes is torch's dispatcher's peak of the storages a step's operators created beyond what "
+    "was live before it, on the rank that allocated most (what a framework allocates outside torch's operators is "
+    "not seen); allocator_peak_bytes the runtime's allocator's peak over the step (CUDA's, TensorFlow's GPU allocator)",
+    "collectives: per tensor, the bytes each rank contributes, summed over the ranks; a parameter server's pushes "
+    "and pulls as its workers send them",
 )
 """What each count misses, said wherever counts are shown."""
 
