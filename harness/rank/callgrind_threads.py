@@ -2,9 +2,11 @@
 ``--separate-threads=yes`` writes a dump file per thread), its name and its kind.
 
 A kind is :data:`RANK` for the thread that runs the step (valgrind's thread 1, the rank's main
-thread), :data:`COMMUNICATION` for a collective library's threads (gloo's run loops and its TCP
-loop, NCCL's, Horovod's background loop, MPI's progress threads), :data:`LOADER` for an input
-pipeline's (tf.data's, DALI's, torch's pin-memory thread) and :data:`OTHER` for the rest. A thread
+thread), :data:`COMMUNICATION` for the threads that run a collective library's algorithms (gloo's
+run loops, NCCL's, Horovod's background loop), :data:`TRANSPORT` for those that move the bytes as
+they arrive (gloo's TCP loop: its count follows when its peers' bytes come, from a few tens of
+thousands of instructions a step to a few hundred thousand in the same cell), :data:`LOADER` for an
+input pipeline's (tf.data's, DALI's, torch's pin-memory thread) and :data:`OTHER` for the rest. A thread
 is known by its name (``/proc/self/task/<lwpid>/comm``, matched to valgrind's thread id through
 its scheduler's listing) where the library names its threads, else by the functions its dump
 holds (Horovod's thread keeps the interpreter's name). Pure functions on the files' text.
@@ -15,14 +17,16 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping
 
-RANK, COMMUNICATION, LOADER, OTHER = "rank", "communication", "loader", "other"
-KINDS = (RANK, COMMUNICATION, LOADER, OTHER)
+RANK, COMMUNICATION, TRANSPORT, LOADER, OTHER = "rank", "communication", "transport", "loader", "other"
+KINDS = (RANK, COMMUNICATION, TRANSPORT, LOADER, OTHER)
 RANK_THREAD = 1
 """valgrind's id of a process's first thread: the rank's main thread, which runs its steps (on a
 CPU, autograd runs the backward on the thread that calls it)."""
 
+TRANSPORT_NAMES = re.compile(r"tcp_loop", re.IGNORECASE)
 COMMUNICATION_NAMES = re.compile(r"gloo|nccl|horovod|mpi|pmix|ucx|progress", re.IGNORECASE)
 LOADER_NAMES = re.compile(r"tf_data|dali|pin_memory", re.IGNORECASE)
+TRANSPORT_FUNCTIONS = re.compile(r"^gloo::transport::tcp::Loop::run\(")
 COMMUNICATION_FUNCTIONS = re.compile(
     r"^(?:.*\s)?(?:gloo::|c10d::|horovod::|nccl|ompi_|opal_|mca_|PMPI_|ucp_|uct_)")
 LOADER_FUNCTIONS = re.compile(r"^(?:.*\s)?(?:tensorflow::data::|dali::)")
@@ -68,14 +72,18 @@ def scheduler_lwpids(listing: str) -> list[dict[int, int]]:
 
 
 def thread_kind(thread: int, name: str | None, functions: Iterable[str]) -> str:
-    """What a thread is: the rank's own, communication, loader or other."""
+    """What a thread is: the rank's own, communication, transport, loader or other."""
     if thread == RANK_THREAD:
         return RANK
+    if name and TRANSPORT_NAMES.search(name):
+        return TRANSPORT
     if name and COMMUNICATION_NAMES.search(name):
         return COMMUNICATION
     if name and LOADER_NAMES.search(name):
         return LOADER
     functions = list(functions)
+    if any(TRANSPORT_FUNCTIONS.match(function) for function in functions):
+        return TRANSPORT
     if any(COMMUNICATION_FUNCTIONS.match(function) for function in functions):
         return COMMUNICATION
     if any(LOADER_FUNCTIONS.match(function) for function in functions):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.rank.callgrind_threads import (COMMUNICATION, LOADER, OTHER, RANK, by_kind, dump_functions, dump_total,
+from harness.rank.callgrind_threads import (COMMUNICATION, LOADER, OTHER, RANK, TRANSPORT, by_kind, dump_functions, dump_total,
                                             scheduler_lwpids, step_threads, thread_files, thread_kind)
 
 LAUNCH = Path(__file__).with_name("callgrind")
@@ -37,7 +37,8 @@ def test_the_scheduler_listings_map_valgrinds_thread_ids_to_the_kernels():
 
 @pytest.mark.parametrize("thread, name, functions, kind", [
     (1, "callgrind-amd64", ["c10d::ProcessGroupGloo::allreduce"], RANK),  # the main thread runs the step
-    (3, "gloo_tcp_loop", [], COMMUNICATION),
+    (3, "gloo_tcp_loop", [], TRANSPORT),  # moves the bytes as they come
+    (3, None, ["gloo::transport::tcp::Loop::run()", "epoll_wait"], TRANSPORT),
     (4, "pt_gloo_runloop", [], COMMUNICATION),
     (7, "pt_nccl_watchdg", [], COMMUNICATION),
     (8, "python3", ["horovod::common::(anonymous namespace)::BackgroundThreadLoop(horovod::common::HorovodGlobalState&)"],
@@ -55,7 +56,7 @@ def test_a_steps_threads_are_counted_each_with_its_kind_and_summed_by_kind():
     names = {2: None, 3: "gloo_tcp_loop", 5: "pt_gloo_runloop"}
     threads = step_threads(thread_files(LAUNCH, OUTPUT, 2), names)
     assert [(thread["thread"], thread["kind"], thread["count"]) for thread in threads] == [
-        (2, OTHER, 71), (3, COMMUNICATION, 240_491), (5, COMMUNICATION, 15_178)]
+        (2, OTHER, 71), (3, TRANSPORT, 240_491), (5, COMMUNICATION, 15_178)]
     unnamed = step_threads(thread_files(LAUNCH, OUTPUT, 2), {})  # no listing: gloo's functions tell
-    assert [thread["kind"] for thread in unnamed] == [OTHER, COMMUNICATION, COMMUNICATION]
-    assert by_kind(threads) == {RANK: 0, COMMUNICATION: 255_669, LOADER: 0, OTHER: 71}
+    assert [thread["kind"] for thread in unnamed] == [OTHER, TRANSPORT, COMMUNICATION]
+    assert by_kind(threads) == {RANK: 0, COMMUNICATION: 15_178, TRANSPORT: 240_491, LOADER: 0, OTHER: 71}

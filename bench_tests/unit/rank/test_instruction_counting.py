@@ -1,5 +1,5 @@
 """A process under callgrind counting its steps as a rank does (harness.rank.instructions), where the
-step hands work to a thread it started, named as gloo names its TCP loop: that thread's instructions
+step hands work to a thread it started, named as gloo names its run loops: that thread's instructions
 are in the step's count, as the communication threads', beside the main thread's own."""
 import json
 import subprocess
@@ -21,7 +21,7 @@ STEP = textwrap.dedent("""
     asked, answered = threading.Semaphore(0), threading.Semaphore(0)
 
     def communicate():  # a thread the step's code never runs on: only collection on every thread counts it
-        ctypes.CDLL(None).prctl(15, b"gloo_tcp_loop", 0, 0, 0)
+        ctypes.CDLL(None).prctl(15, b"pt_gloo_runloop", 0, 0, 0)
         while True:
             asked.acquire()
             sum(i * i for i in range(20000))
@@ -65,8 +65,8 @@ def test_a_thread_the_step_hands_work_to_is_counted_as_communication(counted):
 
 def test_each_thread_is_listed_with_its_name_and_its_files_kept(counted):
     named = {thread["name"]: thread for thread in counted["threads"]}
-    assert named["gloo_tcp_loop"]["kind"] == "communication"
-    assert named["gloo_tcp_loop"]["steps"] == counted["kinds"]["communication"]
+    assert named["pt_gloo_runloop"]["kind"] == "communication"
+    assert named["pt_gloo_runloop"]["steps"] == counted["kinds"]["communication"]
     rank, = (thread for thread in counted["threads"] if thread["kind"] == "rank")
     assert rank["thread"] == 1 and counted["files"][-1] == f"{counted['thread_files'][0]}"
     assert len(counted["thread_files"]) >= 2
