@@ -121,10 +121,10 @@ def test_cell(dlscale_cell, dlscale, monkeypatch):
     monkeypatch.setattr(suite, "measure", measure)
     monkeypatch.setattr(suite.prepared.baselines, "reference", lambda cell_id, metric, hardware=None: BAND)
     monkeypatch.setattr(suite.prepared.baselines, "entry", lambda cell_id, hardware=None: {})
-    monkeypatch.setattr(suite, "_baseline_environment",
+    monkeypatch.setattr(suite.confirming_part, "baseline_environment",
                         lambda result: (EXACT, suite.prepared.current_environment))
-    monkeypatch.setattr(suite, "_launcher_of", lambda reference: suite.prepared.launcher)
-    monkeypatch.setattr(suite, "_pairs", pairs)
+    monkeypatch.setattr(suite.launching, "launcher_of", lambda reference: suite.prepared.launcher)
+    monkeypatch.setattr(suite.against, "pairs", pairs)
     monkeypatch.setattr(references, "difference", lambda reference, current: {})
     dlscale.check(dlscale_cell)
 '''

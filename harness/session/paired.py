@@ -22,15 +22,15 @@ from typing import Callable, Mapping
 from harness.judging.confirmation import Conclusion, Rebuild, Split, conclude, figure_now, judged_now
 from harness.judging.kinds import ERROR, PairedKind
 from harness.judging.metrics import parallel_efficiency
-from harness.judging.paired import (DUET_ORDERS, ORDERS, Look, Pair, PairedVerdict, judge, next_orders, repeated_p_value,
-                                    sequential_look)
+from harness.judging.paired import (DUET_ORDERS, ORDERS, Look, Pair, PairedVerdict, hold, judge, next_orders,
+                                    repeated_p_value, sequential_look)
 from harness.judging.stats import Estimate
 from harness.judging.verdicts import Reference
 from harness.judging.work import WorkChange, cell_work, compare_work, work_reading
 from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
-from harness.session.results import to_json
+from harness.session.results import CellResult, to_json
 from harness.session.rounds import (LaunchedFn, PairSettings, RoundFn, back_to_back, busy_holds, new_look, run_rounds,
                                     timed_launches)
 
@@ -337,3 +337,22 @@ def confirmed_by(paired: PairedResult, rebuild: Rebuild, *, stored: Estimate, ba
     return Confirmation.of(conclude(rebuild, split, verdict=verdict, error=error, difference=difference), rebuild,
                            paired)
 
+
+@dataclasses.dataclass(frozen=True)
+class ConfirmingAB:
+    """An A/B that ``--confirm`` ran for a cell's stored-baseline verdict, kept for the session's
+    false-discovery control: the confirmation stands on the A/B's call, so a call the control holds
+    back is concluded again (:meth:`held`)."""
+    result: CellResult
+    paired: PairedResult
+    conclude: Callable[[PairedResult], Confirmation]
+    """The confirmation an A/B's pairs give, as :func:`harness.session.paired.confirmed_by` makes it."""
+
+    def held(self) -> Confirmation:
+        """The confirmation concluded again from the A/B's call held ``inconclusive`` by the control
+        (its cause then ``unknown``, saying why); the A/B kept as it was, its ``false_discovery`` set."""
+        control = self.paired.false_discovery
+        reason = (f"the call does not stand among the {control['cells']} A/Bs of the session (Benjamini-Hochberg at "
+                  f"{control['rate']:.0%}, repeated p {control['repeated_p']:.2g})")
+        again = dataclasses.replace(self.paired, verdict=hold(self.paired.verdict, [reason]))
+        return dataclasses.replace(self.conclude(again), paired=self.paired)

@@ -37,7 +37,7 @@ def test_a_confirm_duet_session_launches_its_cells_on_the_whole_node_and_its_due
         node, tmp_path, monkeypatch, cpus, gpus):
     """This 2-core VM's one-rank cells: 2 cores per rank for the cell's own launches, judged against a
     baseline recorded with 2; 1 for each side of a duet. A duet's launches keep to their half."""
-    from harness.session import suite as suite_module
+    from harness.session import launching, suite as suite_module
 
     node(cpus)
     suite = suite_module.Suite(SuiteOptions(
@@ -45,15 +45,16 @@ def test_a_confirm_duet_session_launches_its_cells_on_the_whole_node_and_its_due
         loaders="synthetic", workdir=tmp_path / "cells", baselines_dir=tmp_path, history_dir=None))
     ready = suite.prepare()
     assert (ready.cores_per_rank, ready.duet_cores_per_rank) == (2, 1)
-    assert suite._rank_options().cores_per_rank == 2 and suite._pair_rank_options().cores_per_rank == 2
+    assert suite.launching.rank_options().cores_per_rank == 2
+    assert suite.launching.pair_rank_options().cores_per_rank == 2
 
     largest = suite.cells()[-1]
-    assert suite._cannot_duet(largest, ready.current_environment) is None  # its ranks at 1 core fit a half
+    assert suite.launching.cannot_duet(largest, ready.current_environment) is None  # its ranks at 1 core fit a half
     launched = []
-    monkeypatch.setattr(suite_module, "run_cells_together", lambda launches, limits: launched.extend(launches) or
+    monkeypatch.setattr(launching, "run_cells_together", lambda launches, limits: launched.extend(launches) or
                         [None] * len(launches))
     sides = {side: (ready.launcher, ready.current_environment) for side in ("reference", "current")}
-    suite._duet_launches(largest, sides, None, None)({"reference": 1, "current": 0})
+    suite.launching.duet_launches(largest, sides, None, None)({"reference": 1, "current": 0})
     assert [(launch.options.cores_per_rank, launch.options.core_set) for launch in launched] == [
         (1, ready.duet.core_set(1)), (1, ready.duet.core_set(0))]
 

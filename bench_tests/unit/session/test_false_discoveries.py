@@ -1,4 +1,4 @@
-"""harness.session.suite: the false-discovery control over every A/B a session ran. A ``same`` is a
+"""harness.session.discoveries (through the session): the false-discovery control over every A/B a session ran. A ``same`` is a
 call like a change (it claims the change lies within the minimum effect), and the A/Bs ``--confirm``
 runs enter the control too: a confirmation that stood on a call the control holds back reads
 ``unknown``, saying why. The A/Bs are judged results (or canned ones with the repeated p-value
@@ -55,7 +55,7 @@ def suite_with(monkeypatch, **options) -> Suite:
     suite = Suite(SuiteOptions(**options))
     baselines = SimpleNamespace(reference=lambda cell_id, metric, hardware=None: BAND, entry=lambda cell_id, hardware=None: {})
     suite.prepared = SimpleNamespace(baselines=baselines, current_environment=REFERENCE)
-    suite.__dict__["pair_settings"] = PairSettings(first=8, most=32, min_effect=0.03, budget_s=3600)
+    suite.preparation.__dict__["pair_settings"] = PairSettings(first=8, most=32, min_effect=0.03, budget_s=3600)
     monkeypatch.setattr(references, "difference", lambda reference, current: {})
     return suite
 
@@ -70,9 +70,9 @@ def stored_fail(model: str) -> CellResult:
 
 def confirmed(suite: Suite, monkeypatch, paired: PairedResult) -> dict:
     """``Suite.confirm`` of a stored fail whose A/B against the rebuilt baseline environment gives ``paired``."""
-    monkeypatch.setattr(suite, "_baseline_environment", lambda result: (EXACT, REFERENCE))
-    monkeypatch.setattr(suite, "_launcher_of", lambda reference: None)
-    monkeypatch.setattr(suite, "_pairs", lambda *args, **kwargs: (paired, None))
+    monkeypatch.setattr(suite.confirming_part, "baseline_environment", lambda result: (EXACT, REFERENCE))
+    monkeypatch.setattr(suite.launching, "launcher_of", lambda reference: None)
+    monkeypatch.setattr(suite.against, "pairs", lambda *args, **kwargs: (paired, None))
     result = stored_fail(paired.cell.model)
     suite.confirm(result)
     return result
@@ -82,8 +82,8 @@ def test_a_same_is_a_call_that_must_stand_among_the_cells_compared(monkeypatch):
     """Three A/Bs: a regression (p 0.001) and a ``same`` (p 0.02) stand by Benjamini-Hochberg at 5%
     among 3 (within 1 x and 2 x 0.05/3); a ``same`` at p 0.3 does not, and reads inconclusive."""
     suite = suite_with(monkeypatch, against=("env:X=1",))
-    suite.paired_results += [ab("resnet20", PairedKind.REGRESSED, 0.001, 0.8), ab("resnet44", PairedKind.SAME, 0.02),
-                             ab("resnet50", PairedKind.SAME, 0.3)]
+    suite.paired_results.extend([ab("resnet20", PairedKind.REGRESSED, 0.001, 0.8),
+                                 ab("resnet44", PairedKind.SAME, 0.02), ab("resnet50", PairedKind.SAME, 0.3)])
     held = suite.control_false_discoveries(3)
     assert [result.verdict_kind for result in suite.paired_results] == ["regressed", "same", "inconclusive"]
     assert [result.cell.model for result in held] == ["resnet50"]

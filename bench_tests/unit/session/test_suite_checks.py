@@ -187,7 +187,7 @@ def test_against_env_name_names_the_shells_value_for_the_current_side_and_unsets
     monkeypatch.delenv("DLSCALE_ENV_FILE", raising=False)
     suite = Suite(SuiteOptions(launcher="torchrun", against=("env:ATEN_CPU_CAPABILITY",), launch_env=("A=1",)))
     assert suite.launch_environment == {"A": "1", "ATEN_CPU_CAPABILITY": "default"}
-    reference = suite._reference(references.current(suite.launch_environment))
+    reference = suite.preparation._reference(references.current(suite.launch_environment))
     assert reference.launcher.environment == {"A": "1"} and reference.launcher.unset == ("ATEN_CPU_CAPABILITY",)
     assert reference.difference["launch_environment"] == {"ATEN_CPU_CAPABILITY": [None, "default"]}
     assert Suite(SuiteOptions(launcher="torchrun", launch_env=("A=1",))).launch_environment == {"A": "1"}
