@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from harness.rank.callgrind_threads import KINDS
+from harness.rank.callgrind_threads import KINDS, RANK
 
 SAME_WITHIN = 0.001
 """Relative difference below which two launches' counts are the same: A/As on a 2-core VM differed
@@ -29,9 +29,9 @@ NOT_JUDGED = {
     "transport": "its count follows when the peers' bytes arrive",
     "other": "helper threads whose wake-ups follow timing",
 }
-"""Thread kinds whose counts are shown and never make a change, and why: in A/As of a 2-rank DDP cell
-gloo's TCP loop counted 19 thousand to 476 thousand instructions a step, and the interpreter's helper
-threads 0 to 1,452 (docs/measurements.md, "Host instructions on every thread")."""
+"""Thread kinds whose counts are shown and never make a change, and why: in A/As of a 2-rank DDP cell a
+rank's TCP loop counted 19 thousand to 476 thousand instructions a step, and the interpreter's helper
+threads 0 to 726 (docs/measurements.md, "Host instructions on every thread")."""
 
 TOP_FUNCTIONS = 5
 NAME_CHARS = 160
@@ -191,13 +191,27 @@ def compare_instructions(reference: Mapping, current: Mapping,
                          top: int = TOP_FUNCTIONS) -> InstructionChange:
     """What moved from the reference's count (:func:`cell_instructions`) to the current one's;
     ``functions``: each side's counts by function (:func:`function_counts`), whose largest moves
-    are kept where the counts differ."""
+    are kept where the counts differ. A side whose ranks counted their own thread only (a harness
+    from before every thread was counted) is compared with the other side's rank threads."""
+    reference, current = _rank_threads_where_one_side_counted_them_only(reference, current)
     tolerance = max(SAME_WITHIN, 3 * max(reference["step_spread"], current["step_spread"]))
     change = InstructionChange(reference=reference["per_step"], current=current["per_step"], tolerance=tolerance,
                                kinds=compare_kinds(reference, current))
     if functions is None or not change.changed:
         return change
     return dataclasses.replace(change, moved=most_moved(*functions, top=top))
+
+
+def _rank_threads_where_one_side_counted_them_only(reference: Mapping, current: Mapping) -> tuple[Mapping, Mapping]:
+    if ("kinds" in reference) == ("kinds" in current):
+        return reference, current
+
+    def rank_threads(side: Mapping) -> Mapping:
+        if "kinds" not in side:
+            return side
+        return {"per_step": side["kinds"].get(RANK, 0), "step_spread": side["kind_spreads"].get(RANK, 0.0)}
+
+    return rank_threads(reference), rank_threads(current)
 
 
 def most_moved(reference: Mapping[str, int], current: Mapping[str, int], top: int = TOP_FUNCTIONS

@@ -157,14 +157,16 @@ def test_thread_kinds_within_their_own_spread_are_the_same_and_a_side_without_ki
     current = cell_instructions([by_thread((900_000_000, 900_000_000), (1_100_000, 1_000_000))])
     change = compare_instructions(reference, current)
     assert not change.changed and [kind.kind for kind in change.kinds] == ["rank", "communication"]
-    older = cell_instructions([counted(901_300_000)])  # a reference whose ranks counted one thread
-    assert compare_instructions(older, current).kinds == ()
-    assert "by thread" not in compare_instructions(older, current).text()
+    older = cell_instructions([counted(900_000_000)])  # a reference whose ranks counted their own thread
+    against_older = compare_instructions(older, current)
+    assert against_older.kinds == () and "by thread" not in against_older.text()
+    assert against_older.current == 900_000_000 and not against_older.changed  # the rank threads compared
+    assert compare_instructions(older, cell_instructions([by_thread((909_000_000, 909_000_000), (0, 0))])).changed
 
 
 def test_the_transport_and_helper_threads_are_shown_and_never_judged():
-    """gloo's TCP loop counted 19 thousand to 476 thousand instructions a step in A/As of the same
-    cell, the interpreter's helper threads 0 to 1,452: neither makes a change, both are said."""
+    """A rank's TCP loop counted 19 thousand to 476 thousand instructions a step in A/As of the same
+    cell, its helper threads 0 to 726: neither makes a change, both are said."""
     reference = cell_instructions([by_thread((900_000_000, 900_000_000), (300_000, 301_000),
                                              transport=(40_000, 41_000), other=(0, 4))])
     current = cell_instructions([by_thread((900_000_000, 900_000_000), (300_500, 300_000),
