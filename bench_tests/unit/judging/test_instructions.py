@@ -175,4 +175,5 @@ def test_the_transport_and_helper_threads_are_shown_and_never_judged():
     assert not change.changed
     kinds = {kind.kind: kind for kind in change.kinds}
     assert not kinds["transport"].judged and not kinds["transport"].changed and not kinds["other"].changed
-    assert "transport 18,700 against 41,000 (not judged: its count follows when the peers' bytes arrive)" in change.text()
+    assert ("transport 18,700 against 41,000 (not judged: its count follows when the peers' bytes arrive)"
+            in change.text())

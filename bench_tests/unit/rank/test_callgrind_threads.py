@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.rank.callgrind_threads import (COMMUNICATION, LOADER, OTHER, RANK, TRANSPORT, by_kind, dump_functions, dump_total,
-                                            scheduler_lwpids, step_threads, thread_files, thread_kind)
+from harness.rank.callgrind_threads import (COMMUNICATION, LOADER, OTHER, RANK, TRANSPORT, by_kind, dump_functions,
+                                            dump_total, scheduler_lwpids, step_threads, thread_files, thread_kind)
 
 LAUNCH = Path(__file__).with_name("callgrind")
 OUTPUT = "callgrind-5547.out"
@@ -41,8 +41,8 @@ def test_the_scheduler_listings_map_valgrinds_thread_ids_to_the_kernels():
     (3, None, ["gloo::transport::tcp::Loop::run()", "epoll_wait"], TRANSPORT),
     (4, "pt_gloo_runloop", [], COMMUNICATION),
     (7, "pt_nccl_watchdg", [], COMMUNICATION),
-    (8, "python3", ["horovod::common::(anonymous namespace)::BackgroundThreadLoop(horovod::common::HorovodGlobalState&)"],
-     COMMUNICATION),  # Horovod's thread keeps the interpreter's name: known by its functions
+    (8, "python3", ["horovod::common::(anonymous namespace)::BackgroundThreadLoop("
+                    "horovod::common::HorovodGlobalState&)"], COMMUNICATION),  # Horovod's thread keeps the interpreter's name: known by its functions
     (9, "tf_data_private_threadpool", [], LOADER),
     (10, "python3", ["dali::ThreadPool::ThreadMain(int, int, bool, std::string const&)"], LOADER),
     (11, "python3", ["PyThread_acquire_lock_timed", "sem_clockwait"], OTHER),
