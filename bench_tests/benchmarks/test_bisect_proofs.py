@@ -181,7 +181,7 @@ BLOCK_OUT = "        return functional.relu(out + self.shortcut(x))\n"
 SLOW_LOOP_SUBJECT = "each step runs a Python loop of its own, the same work"
 
 
-RESUMES_AT_MOST, BUSY_PAUSE_S = 6, 60
+RESUMES_AT_MOST, BUSY_PAUSE_S = 20, 60
 """Starts of the bisect where a shared machine's other work stops it, and the pause between them."""
 
 
