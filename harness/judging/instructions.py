@@ -43,6 +43,7 @@ of them, since their addresses move from launch to launch."""
 
 _LINE = re.compile(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(.+?)(?: \[(.*)\])?$")
 _BARE_ADDRESS = re.compile(r"^\?\?\?:0x[0-9a-f]+$")
+_THREAD_OF_FILE = re.compile(r"-(\d+)$")
 
 
 def cell_instructions(records: Sequence[Mapping]) -> dict | None:
@@ -62,7 +63,19 @@ def cell_instructions(records: Sequence[Mapping]) -> dict | None:
         steps_by_kind = _kinds_summed([record["instructions"]["kinds"] for record in counted])
         cell["kinds"] = {kind: steps[-1] for kind, steps in steps_by_kind.items()}
         cell["kind_spreads"] = {kind: _spread(steps) for kind, steps in steps_by_kind.items()}
+        cell["kind_files"] = {str(record["rank"]): _files_by_kind(record["instructions"]) for record in counted}
     return cell
+
+
+def _files_by_kind(counted: Mapping) -> dict[str, list[str]]:
+    """The last step's dump files by their threads' kind (a file's name ends in its thread's id)."""
+    kinds = {thread["thread"]: thread["kind"] for thread in counted.get("threads") or ()}
+    files: dict[str, list[str]] = {}
+    for name in counted.get("thread_files") or ():
+        thread = _THREAD_OF_FILE.search(name)
+        if thread and int(thread.group(1)) in kinds:
+            files.setdefault(kinds[int(thread.group(1))], []).append(name)
+    return files
 
 
 def _dump_files(counted: Mapping) -> list[str]:
@@ -91,6 +104,8 @@ class KindChange:
     reference: int
     current: int
     tolerance: float
+    moved: tuple[tuple[str, int, int], ...] = ()
+    """The functions of this kind's threads whose counts moved most, where the kind moved."""
 
     @property
     def judged(self) -> bool:
@@ -114,7 +129,9 @@ class KindChange:
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "reference": self.reference, "current": self.current,
-                "tolerance": self.tolerance, "judged": self.judged, "changed": self.changed}
+                "tolerance": self.tolerance, "judged": self.judged, "changed": self.changed,
+                "moved": [{"function": name, "reference": reference, "current": current}
+                          for name, reference, current in self.moved]}
 
 
 def compare_kinds(reference: Mapping, current: Mapping) -> tuple[KindChange, ...]:
@@ -167,8 +184,9 @@ class InstructionChange:
         return f"{total}; by thread: {', '.join(kind.text() for kind in self.kinds)}"
 
     def moved_lines(self) -> list[str]:
-        return [f"{current - reference:+,} ({_relative(reference, current)}) {_shortened(name)}"
-                for name, reference, current in self.moved]
+        """The functions that moved most, then those of each thread kind that moved on its own."""
+        return [_moved_line(*moved) for moved in self.moved] + [
+            f"in the {kind.kind} threads: {_moved_line(*moved)}" for kind in self.kinds for moved in kind.moved]
 
     def to_json(self) -> dict:
         return {"reference": self.reference, "current": self.current, "ratio": round(self.ratio, 6),
@@ -176,6 +194,10 @@ class InstructionChange:
                 "kinds": [kind.to_json() for kind in self.kinds],
                 "moved": [{"function": name, "reference": reference, "current": current}
                           for name, reference, current in self.moved]}
+
+
+def _moved_line(name: str, reference: int, current: int) -> str:
+    return f"{current - reference:+,} ({_relative(reference, current)}) {_shortened(name)}"
 
 
 def _shortened(name: str, most: int = NAME_CHARS) -> str:
@@ -188,15 +210,22 @@ def _relative(reference: int, current: int) -> str:
 
 def compare_instructions(reference: Mapping, current: Mapping,
                          functions: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
-                         top: int = TOP_FUNCTIONS) -> InstructionChange:
+                         top: int = TOP_FUNCTIONS,
+                         kind_functions: Mapping[str, tuple[Mapping[str, int], Mapping[str, int]]] | None = None
+                         ) -> InstructionChange:
     """What moved from the reference's count (:func:`cell_instructions`) to the current one's;
     ``functions``: each side's counts by function (:func:`function_counts`), whose largest moves
-    are kept where the counts differ. A side whose ranks counted their own thread only (a harness
+    are kept where the counts differ; ``kind_functions``: the same of a thread kind's threads,
+    kept where that kind moved (the rank thread's dominate the whole's). A side whose ranks counted their own thread only (a harness
     from before every thread was counted) is compared with the other side's rank threads."""
     reference, current = _rank_threads_where_one_side_counted_them_only(reference, current)
     tolerance = max(SAME_WITHIN, 3 * max(reference["step_spread"], current["step_spread"]))
     change = InstructionChange(reference=reference["per_step"], current=current["per_step"], tolerance=tolerance,
                                kinds=compare_kinds(reference, current))
+    if kind_functions:
+        change = dataclasses.replace(change, kinds=tuple(
+            dataclasses.replace(kind, moved=most_moved(*kind_functions[kind.kind], top=top))
+            if kind.changed and kind.kind in kind_functions else kind for kind in change.kinds))
     if functions is None or not change.changed:
         return change
     return dataclasses.replace(change, moved=most_moved(*functions, top=top))

@@ -21,6 +21,10 @@ natively with oneDNN's AVX kernels (and hundreds of times with its AVX2 ones).""
 
 TIMEOUT_S = 3600.0
 
+KINDS_NAMED_APART = ("communication", "loader")
+"""Thread kinds whose functions are compared on their own where the kind moved: the rank thread's
+dominate the functions of every thread together."""
+
 
 def instruction_workload(workload: Workload) -> Workload:
     """The workload of an instruction launch: one warm-up step and a one-step window before the
@@ -52,17 +56,22 @@ def count_instructions(launch: Callable[[str], CellRun], refused: Callable[[str]
                     "launches": launches}
         sides[side] = {**counted, "output_dir": str(run.log_path.parent)}
     try:
-        functions = tuple(threads_function_counts([Path(sides[side]["output_dir"]) / name
-                                                   for name in sides[side]["files"]["0"]])
-                          for side in SIDES)
+        functions = tuple(threads_function_counts(_dumps(sides[side], sides[side]["files"]["0"])) for side in SIDES)
+        kind_functions = {kind: tuple(threads_function_counts(_dumps(sides[side], sides[side]["kind_files"]["0"]
+                                                                     .get(kind, ()))) for side in SIDES)
+                          for kind in KINDS_NAMED_APART if all("kind_files" in sides[side] for side in SIDES)}
     except (OSError, subprocess.CalledProcessError, KeyError):
-        functions = None  # the counts stand without the functions that moved
-    change = compare_instructions(sides["reference"], sides["current"], functions)
+        functions, kind_functions = None, None  # the counts stand without the functions that moved
+    change = compare_instructions(sides["reference"], sides["current"], functions, kind_functions=kind_functions)
     section = {"sides": sides, "launches": launches, "change": change.to_json(), "reading": change.text(),
                "moved": change.moved_lines()}
     if on_progress:
         on_progress(f"{cell_id}: {instruction_lines(section)[0]}")
     return section
+
+
+def _dumps(side: dict, names) -> list[Path]:
+    return [Path(side["output_dir"]) / name for name in names]
 
 
 def log_entry(run: CellRun, side: str) -> dict:

@@ -149,7 +149,8 @@ def test_a_change_of_communication_alone_is_named_though_the_total_hardly_moves(
                              "by thread: rank the same (900,000,000 against 900,000,000, within 0.1%), "
                              "communication +195.5% (1,300,000 against 440,000)")
     assert change.to_json()["kinds"][1] == {"kind": "communication", "reference": 440_000, "current": 1_300_000,
-                                            "tolerance": communication.tolerance, "judged": True, "changed": True}
+                                            "tolerance": communication.tolerance, "judged": True, "changed": True,
+                                            "moved": []}
 
 
 def test_thread_kinds_within_their_own_spread_are_the_same_and_a_side_without_kinds_compares_totals():
@@ -177,3 +178,21 @@ def test_the_transport_and_helper_threads_are_shown_and_never_judged():
     assert not kinds["transport"].judged and not kinds["transport"].changed and not kinds["other"].changed
     assert ("transport 18,700 against 41,000 (not judged: its count follows when the peers' bytes arrive)"
             in change.text())
+
+
+def test_the_functions_of_a_kind_that_moved_on_its_own_are_named_with_the_kind():
+    """The rank thread's functions dominate the whole's; a communication change is named by its
+    threads' own functions, from the files of that kind's threads."""
+    record = by_thread((900_000_000, 900_000_000), (400_000, 440_000))
+    record["instructions"]["threads"] = [{"thread": 1, "kind": "rank"}, {"thread": 3, "kind": "transport"},
+                                         {"thread": 4, "kind": "communication"}]
+    reference = cell_instructions([record])
+    assert reference["kind_files"] == {"0": {"rank": ["callgrind-7.out.2-01"], "transport": ["callgrind-7.out.2-03"],
+                                             "communication": ["callgrind-7.out.2-04"]}}
+    current = cell_instructions([by_thread((900_000_000, 900_000_000), (1_200_000, 1_300_000))])
+    gloo = ({"gloo::sum<float>": 236_000, "c10d::ProcessGroupGloo::runLoop(int)": 9_000},
+            {"gloo::sum<float>": 236_000, "c10d::ProcessGroupGloo::runLoop(int)": 99_000})
+    change = compare_instructions(reference, current, ({"malloc": 10}, {"malloc": 30}),
+                                  kind_functions={"communication": gloo, "rank": ({"a": 1}, {"a": 9})})
+    assert change.moved_lines() == ["+20 (+200.0%) malloc",
+                                    "in the communication threads: +90,000 (+1000.0%) c10d::ProcessGroupGloo::runLoop(int)"]
