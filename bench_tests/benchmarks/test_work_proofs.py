@@ -228,3 +228,25 @@ def test_every_framework_counts_the_same_work_launch_after_launch_and_what_count
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=1))
     assert all(len(set(cell["digests"])) == 1 for cell in report.values()), report
+
+
+def widen_every_runtimes_last_stage(project: Path) -> None:
+    """The CIFAR ResNet's last stage 64 -> 68 channels in the Keras and Gluon models."""
+    keras_model = project / "harness" / "rank" / "tfkeras" / "models.py"
+    keras_model.write_text(keras_model.read_text().replace("enumerate((16, 32, 64))", "enumerate((16, 32, 68))"))
+    gluon_model = project / "harness" / "rank" / "gluon" / "models.py"
+    gluon_model.write_text(gluon_model.read_text().replace("STAGE_CHANNELS = (16, 32, 64)",
+                                                           "STAGE_CHANNELS = (16, 32, 68)"))
+
+
+@pytest.mark.parametrize("framework, operator", [("tensorflow", "Conv2D"), ("mxnet", "Convolution")])
+def test_a_wider_layer_in_tensorflow_and_mxnet_is_named_by_its_work_from_the_first_pair(framework, operator, tmp_path):
+    project = throwaway_project(tmp_path / "project", [(WIDER_SUBJECT, widen_every_runtimes_last_stage)])
+    named = []
+    for index in range(REPEATS):
+        cell = compare(tmp_path / "sessions", f"wider {framework}", index, REPEATS, "--against", "git:HEAD~1",
+                       "--frameworks", framework, "--pairs", "6", "--max-pairs", "6", project=project)
+        flops = next((moved for moved in cell["work"]["change"]["moved"] if moved["part"] == "flops"), None)
+        print(f"  {framework} session {index + 1}: {cell['work']['reading']}; speed {cell['verdict']}")
+        named.append(flops is not None and operator in flops["text"])
+    assert all(named)
