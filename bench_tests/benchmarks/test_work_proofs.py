@@ -250,3 +250,20 @@ def test_a_wider_layer_in_tensorflow_and_mxnet_is_named_by_its_work_from_the_fir
         print(f"  {framework} session {index + 1}: {cell['work']['reading']}; speed {cell['verdict']}")
         named.append(flops is not None and operator in flops["text"])
     assert all(named)
+
+
+def smaller_ddp_buckets(project: Path) -> None:
+    ddp = project / "harness" / "rank" / "frameworks" / "ddp.py"
+    ddp.write_text(ddp.read_text().replace("bucket_cap_mb: int = 25", "bucket_cap_mb: int = 1"))
+
+
+def test_a_communication_only_change_is_named_by_its_collectives_from_the_first_pair(tmp_path):
+    """DDP's gradient buckets 25 -> 1 MB by commit on a 2-rank cell: the same FLOPs and operators
+    but the calls, more all-reduces of the same bytes."""
+    project = throwaway_project(tmp_path / "project", [("DDP's buckets 25 -> 1 MB", smaller_ddp_buckets)])
+    cell = compare(tmp_path / "sessions", "smaller buckets g2", 0, 1, "--against", "git:HEAD~1", "--gpus", "2",
+                   "--pairs", "6", "--max-pairs", "6", project=project)
+    change = cell["work"]["change"]
+    print(f"  smaller buckets: {cell['work']['reading']}; speed {cell['verdict']}")
+    moved = [moved["part"] for moved in change["moved"]]
+    assert "collectives" in moved and "flops" not in moved, change
