@@ -41,8 +41,11 @@ def test_the_scheduler_listings_map_valgrinds_thread_ids_to_the_kernels():
     (3, None, ["gloo::transport::tcp::Loop::run()", "epoll_wait"], TRANSPORT),
     (4, "pt_gloo_runloop", [], COMMUNICATION),
     (7, "pt_nccl_watchdg", [], COMMUNICATION),
+    # Horovod's thread keeps the interpreter's name: known by its functions
     (8, "python3", ["horovod::common::(anonymous namespace)::BackgroundThreadLoop("
-                    "horovod::common::HorovodGlobalState&)"], COMMUNICATION),  # Horovod's thread keeps the interpreter's name: known by its functions
+                    "horovod::common::HorovodGlobalState&)"], COMMUNICATION),
+    (8, "callgrind-amd64", ["horovod::common::HorovodOp::ScaleBuffer(double)", "opal_progress",
+                            "ompi_coll_libnbc_progress"], TRANSPORT),  # over MPI it polls MPI's progress engine
     (9, "tf_data_private_threadpool", [], LOADER),
     (10, "python3", ["dali::ThreadPool::ThreadMain(int, int, bool, std::string const&)"], LOADER),
     (11, "python3", ["PyThread_acquire_lock_timed", "sem_clockwait"], OTHER),
