@@ -174,7 +174,7 @@ OPTIONS = (
            "(operators, FLOPs, collectives, memory, data: one more step, untimed); a cell's results and an A/B "
            "then say the work was not counted", SWITCH),
     Option("--count-instructions", "count_instructions", "with --against: before the pairs, launch each side once "
-           "with its ranks under valgrind's callgrind (one thread) and compare the host instructions of two steps, "
+           "with its ranks under valgrind's callgrind (one compute thread; every thread counted, by kind) and compare the host instructions of two steps, "
            "naming the functions whose counts moved most; CPU ranks only, a launch takes minutes", SWITCH),
     Option("--no-yardstick", "no_yardstick", "judge CPU cells' throughput as measured, not normalised to the "
            "baseline's machine speed by the machine yardstick (e.g. to check the machine itself)", SWITCH),
