@@ -173,11 +173,12 @@ def test_a_bisect_by_instructions_names_the_python_loop_the_work_cannot_see(tmp_
 
 def test_a_bisect_over_six_commits_names_the_wider_layer_by_its_work(tmp_path):
     """Six commits after the good end, the third widening ResNet44's last stage (about 5% more
-    FLOPs, a speed change the pairs can hardly see on these VMs): one launch a point places each
-    midpoint, the culprit is verified by its work, and its speed stated by 6 pairs."""
+    FLOPs, a speed change the pairs can hardly see on these VMs): asked where the work changed
+    (``--by work``, not ``auto``'s what made it slower), one launch a point places each midpoint, the
+    culprit is verified by its work, and its speed stated by 6 pairs."""
     from bench_tests.workloads import JUDGED_MODEL
 
-    result, culprit, spent = bisect_six_commits(tmp_path, WIDER_SUBJECT, widen_last_stage, JUDGED_MODEL,
+    result, culprit, spent = bisect_six_commits(tmp_path, WIDER_SUBJECT, widen_last_stage, JUDGED_MODEL, "--by", "work",
                                                 "--verify-pairs", "6", "--max-rounds", "8", timeout=1800)
     print(f"bisect over 6 commits: {len(result['steps'])} steps, {result['launches']} launches, {spent:.0f} s "
           f"of wall time; culprit {[c['point'][:10] for c in result['culprits']]} (the wider layer: {culprit[:10]})")

@@ -20,7 +20,7 @@ from harness.rank.workload import Workload
 from harness.session import duet, preflight
 from harness.session.instructions import count_instructions, instruction_limits, instruction_workload
 from harness.session.paired import TogetherFn
-from harness.session.preparation import Preparation
+from harness.session.preparation import Preparation, Prepared
 
 Progress = Callable[[str], None] | None
 Sides = Mapping[str, tuple[Launcher, references.Environment]]
@@ -33,6 +33,11 @@ class Launching:
     def __init__(self, preparation: Preparation):
         self.preparation = preparation
         self.options = preparation.options
+
+    def prepare(self) -> Prepared:
+        """What the session's preparation found: the launcher, workload and limits the launches use,
+        and the current environment a reference or a bisect's point is built over."""
+        return self.preparation.prepare()
 
     def launch_cell(self, cell: Cell, on_progress: Progress = None) -> CellRun:
         """One launch of ``cell`` as the stored path measures it: the whole node's rank options."""

@@ -220,8 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     launch_environment=suite.launch_environment, packages=ready.packages,
                                     harness_code=(ready.provenance.get("code") or {}).get("harness"),
                                     settings=budget)
-            return Bisect(suite, cell, args.repo, points, budget, state, settings_bound=bound, seed=args.seed,
-                          say=say).run()
+            return Bisect(suite.launching, cell, args.repo, points, budget, state, settings_bound=bound,
+                          seed=args.seed, say=say).run()
 
         if by_packages:
             states = across_packages(start, good, bad, moves, settings, state_path, say)

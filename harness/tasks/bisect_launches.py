@@ -1,6 +1,6 @@
 """A bisect's points and their launches: each point's environment built once, every launch charged
 to the bisect's budget and counted in its state. The bisect takes the launching part of a session
-(:class:`Launching`: a :class:`harness.session.suite.Suite` is one), not the session."""
+(:class:`Launching`: :class:`harness.session.launching.Launching` is one), not the session."""
 from __future__ import annotations
 
 import random
