@@ -173,12 +173,24 @@ class Bisect:
             words = ends_words(placement, self.run_.settings.min_effect)
             if self._whole(low, high):
                 raise BisectError(f"the good end is not faster than the bad one: {words}")
-            self._no_slowdown(low, high, words)
+            if placement.ends.kind == PairedKind.INCONCLUSIVE:  # not shown the same: whether it is slower is open
+                self._unclear(low, high, words)
+            else:
+                self._no_slowdown(low, high, words)
             return
         kind, placed_by = placement.kind, "test"
         if kind == bisection.UNCLEAR:
             kind, placed_by = bisection.lean(placement), "position"
         self._placed(step, low, mid, high, kind, placed_by, placement.to_json(), placement.message)
+
+    def _unclear(self, low: int, high: int, evidence: str) -> None:
+        """A same-work range whose ends the rounds could not tell apart: left unresolved, never read
+        as holding no slowdown."""
+        keys = [self.run_.keys[low], self.run_.keys[high]]
+        self.state.unresolved.append({"range": keys, "why": f"whether its ends differ in speed is unclear: {evidence}"})
+        self.state.current = None
+        self.run_.say(f"  {self.run_.label(low)} .. {self.run_.label(high)}: unclear, left unresolved ({evidence})")
+        self.save()
 
     def _no_slowdown(self, low: int, high: int, evidence: str) -> None:
         keys = [self.run_.keys[low], self.run_.keys[high]]
