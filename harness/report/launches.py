@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from harness.report.tables import format_table
+from harness.session.rounds import timed_launches
 
 FACTS = ("minor_faults", "major_faults", "voluntary_switches", "involuntary_switches", "steal_share",
          "anon_huge_kib", "hugetlb_kib", "max_rss_kib", "environment_bytes")
@@ -51,8 +52,7 @@ def launches_of(documents: Iterable[Mapping], cell: str | None = None) -> list[d
         for paired in document.get("paired_cells") or []:
             if cell is not None and paired["cell"] != cell:
                 continue
-            done = [entry for entry in paired.get("launch_log") or []  # under callgrind: no timed figures
-                    if entry.get("status") == "ok" and not entry.get("under")]
+            done = timed_launches(paired.get("launch_log") or [])
             for side in ("reference", "current"):
                 mine = [entry for entry in done if entry["side"] == side]
                 if not mine:

@@ -31,8 +31,8 @@ from harness.launch.runner import CellRun
 from harness.machine.references import Environment
 from harness.rank.cell import Cell
 from harness.session.results import CellResult, to_json
-from harness.session.rounds import (LaunchedFn, PairSettings, RoundFn, back_to_back, busy_holds, new_look, run_rounds,
-                                    timed_launches)
+from harness.session.rounds import (LaunchedFn, PairSettings, RoundFn, back_to_back, busy_holds, judge_as_they_stand,
+                                    new_look, run_rounds, timed_launches)
 
 SIDES = ("reference", "current")
 LaunchFn = Callable[[str], CellRun]
@@ -267,8 +267,7 @@ def measure_pairs(cell: Cell, reference: Environment, launch: LaunchFn | None, s
                    on_round=after_pair, on_look=after_look)
     except KeyboardInterrupt as interrupt:
         result.interrupted = True
-        if len(result.pairs) > (result.looks[-1] if result.looks else 1):
-            result.judge(settings)
+        judge_as_they_stand(result, settings)
         raise PairsInterrupted(result) from interrupt
     finally:
         result.wall_s = time.monotonic() - started

@@ -141,16 +141,14 @@ def run_rounds(comparison: Comparison, round_of: RoundFn, settings: PairSettings
         while len(comparison.kept) < target:  # a round left out is made up for, the orders rebalanced
             for order in comparison.orders(target - len(comparison.kept), rng):
                 if would_overrun(1):  # the look's rounds took longer than they promised: judged as they stand
-                    if len(comparison.kept) > (comparison.looks[-1] if comparison.looks else 1):
-                        comparison.judge(settings)
+                    if judge_as_they_stand(comparison, settings):
                         on_look()
                     return
                 one_round(comparison, order, round_of, settings)
                 comparison.wall_s = time.monotonic() - started
                 on_round()
                 if comparison.error:
-                    if len(comparison.kept) > (comparison.looks[-1] if comparison.looks else 1):
-                        comparison.judge(settings)
+                    judge_as_they_stand(comparison, settings)
                     return
                 if too_busy(comparison):  # judged with the busy node among what holds the verdict back
                     comparison.judge(settings)
@@ -161,6 +159,15 @@ def run_rounds(comparison: Comparison, round_of: RoundFn, settings: PairSettings
         on_look()
         if decided:
             return
+
+
+def judge_as_they_stand(comparison: Comparison, settings: PairSettings) -> bool:
+    """Judges the rounds kept at a look of their own where more are kept than at the last look (the
+    rounds cut short by a failure, the budget or an interrupt); True where it judged them."""
+    if len(comparison.kept) <= (comparison.looks[-1] if comparison.looks else 1):
+        return False
+    comparison.judge(settings)
+    return True
 
 
 def new_look(comparison: Comparison) -> bool:
