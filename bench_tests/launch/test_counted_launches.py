@@ -120,3 +120,34 @@ def test_an_mxnet_parameter_server_cell_counts_its_workers_pushes_and_pulls_and_
     assert served["timed_updates"] == TINY.steps * rounds  # the counted step is not a timed update
     assert served["work"]["by_server"]["0"]["applied"] == {"calls": 59 * rounds,
                                                            "bytes": rounds * RESNET20_PARAMETER_BYTES}
+
+
+TF_RESNET20_MOVING_STATISTICS_BYTES = 2 * 4 * (16 + 6 * 16 + 6 * 32 + 6 * 64)
+"""Keras's batch norms keep a moving mean and variance per channel, not trainable: 19 layers, 688
+channels. A training step reads both and writes them back."""
+STEP_COUNT_BYTES = 8
+"""Keras's optimizer's step count, an int64 read, added to and written back every step."""
+
+
+@pytest.mark.parametrize("launcher", ["mpirun"], indirect=True)
+def test_a_tensorflow_parameter_server_cell_counts_what_each_worker_pushes_and_pulls_and_its_servers_the_same(
+        launcher, tmp_path, tiny_dataset):
+    """TensorFlow's coordinator runs no step after the window: it counts the step it sends every
+    worker from its graph, and each worker's record carries it. A worker pulls every variable once
+    and pushes each gradient once (the update runs on the servers), and the batch norms' moving
+    statistics and the step count both ways."""
+    from harness.judging.servers import server_summary
+
+    run = launched("tensorflow_ps_async", 3, launcher, tmp_path, tiny_dataset)  # two workers, one server
+    work = cell_work(run.records)
+    each_way = {"calls": 2 * (59 + 2 * 19 + 1),
+                "bytes": 2 * (RESNET20_PARAMETER_BYTES + TF_RESNET20_MOVING_STATISTICS_BYTES + STEP_COUNT_BYTES)}
+    assert work["collectives"] == {"push": each_way, "pull": each_way}
+    images = 2 * TINY.batch_size
+    assert work["operators"]["Conv2D"] == 2 * 19
+    assert work["flops"]["by_operator"]["Conv2D"] == images * TF_RESNET20_CONV_FLOPS_PER_IMAGE
+    assert work["flops"]["by_phase"]["optimizer"] > 0 and "Timestamp" not in work["operators"]  # the harness's clocks
+    assert set(work["not_counted"]) == {"gpu", "memory", "data"}  # TensorFlow's worker reads the data
+    served = server_summary(run.server_records)
+    assert served["work"]["by_server"]["0"]["push"] == each_way and served["work"]["by_server"]["0"]["pull"] == each_way
+    assert set(served["work"]["by_server"]["0"]["by_worker"]) == {"0", "1"}

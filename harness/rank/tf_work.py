@@ -18,12 +18,13 @@ counts some elementwise operations (``Mul``, ``AddN``, ``Mean``) that torch's co
 from __future__ import annotations
 
 import collections
+import re
 from typing import Iterable
 
 import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 
-from harness.rank.work import CollectiveTally, NotCounted, WorkCounter
+from harness.rank.work import COUNTED_STEPS, CollectiveTally, NotCounted, WorkCounter
 
 COLLECTIVE_OPS = {
     "CollectiveReduce": "all_reduce", "CollectiveReduceV2": "all_reduce", "CollectiveReduceV3": "all_reduce",
@@ -48,6 +49,7 @@ FUNCTION_CALLS = {"PartitionedCall", "StatefulPartitionedCall"}
 LOOPS = {"While", "StatelessWhile", "Case", "StatelessCase"}
 BACKWARD_SCOPE = "gradient_tape/"
 """Where a ``tf.GradientTape`` puts the backward's operations."""
+SERVER_TASK = re.compile(r"/job:ps/replica:\d+/task:(\d+)/")
 
 
 class Uncountable(Exception):
@@ -94,16 +96,85 @@ def collective_bytes(op) -> int:
     return total
 
 
-def count_graph(graph, phase_of, counts: GraphCounts) -> None:
+def count_graph(graph, phase_of, counts: GraphCounts, servers: ServerTraffic | None = None) -> None:
+    """Count ``graph``'s operations into ``counts``; ``phase_of`` gives an operation's phase, or
+    None for one of the harness's own (its clocks) that is not counted. ``servers``: a parameter
+    server's step, whose pushes and pulls are counted too."""
     for op in graph_operations(graph):
+        phase = phase_of(op)
+        if phase is None:
+            continue
+        if servers:
+            servers.count(op, counts)
         counts.operators[op.type] += 1
         if (flops := operation_flops(op)) is not None:
             counts.flops_by_type[op.type] += flops
-            counts.flops_by_phase[phase_of(op)] += flops
+            counts.flops_by_phase[phase] += flops
         if op.type in COLLECTIVE_OPS:
             for tensor_bytes in ([collective_bytes(op)] if op.type in DATA_INPUTS else
                                  [collective_bytes_of(tensor, op) for tensor in op.inputs]):
                 counts.tally.add(COLLECTIVE_OPS[op.type], tensor_bytes)
+
+
+def server_variables(graph) -> dict[str, int]:
+    """The tensors ``graph`` holds for variables a parameter server keeps, by name, and the server
+    (its ``ps`` task) that keeps each: the resource handles the traced step captured."""
+    held = {}
+    for external, internal in graph.captures:
+        if internal.dtype == tf.resource and (task := SERVER_TASK.search(getattr(external, "device", "") or "")):
+            held[internal.name] = int(task.group(1))
+    return held
+
+
+class ServerTraffic:
+    """What a worker's step sends to parameter servers and takes from them, from where the step's
+    operations run: a tensor made on the worker that an operation on a server takes is pushed to
+    that server, a tensor a server makes that an operation on the worker takes is pulled from it;
+    once per tensor and device, as TensorFlow sends it where it partitions the graph (a Send and
+    a Recv). An operation runs on a server where it is placed there (the optimizer's update, by
+    the strategy), takes a server's variable (TensorFlow colocates it with the variable) or is
+    colocated with one that does; every other one on the worker. A tensor one server sends another
+    (the learning rate for another server's update) is neither a push nor a pull: not counted."""
+
+    def __init__(self, graph):
+        self.servers = server_variables(graph)
+        self.placed: dict[str, int | None] = {}
+        self.sent: set[tuple[str, int | None]] = set()
+
+    def server_of(self, op) -> int | None:
+        """The server ``op`` runs on; None for the worker."""
+        if op.name not in self.placed:
+            self.placed[op.name] = self._placement(op)
+        return self.placed[op.name]
+
+    def _placement(self, op) -> int | None:
+        if task := SERVER_TASK.search(op.device or ""):
+            return int(task.group(1))
+        held = [self.servers[tensor.name] for tensor in [*op.inputs, *op.outputs] if tensor.name in self.servers]
+        if held:
+            return held[0]
+        for group in op.colocation_groups():
+            other = group.decode().removeprefix("loc:@")
+            if other != op.name:
+                return self.server_of(op.graph.get_operation_by_name(other))
+        return None
+
+    def count(self, op, counts: GraphCounts) -> None:
+        if op.type in FUNCTION_CALLS | CONDITIONALS | LOOPS and any(t.name in self.servers for t in op.inputs):
+            raise Uncountable(f"{op.type} {op.name} takes a parameter server's variable into a function: what its "
+                              "body sends and takes is not counted from the step's graph")
+        here = self.server_of(op)
+        for tensor in op.inputs:
+            there = self.server_of(tensor.op)
+            if there == here or tensor.dtype == tf.resource or (tensor.name, here) in self.sent:
+                continue
+            self.sent.add((tensor.name, here))
+            if here is not None and there is not None:
+                continue  # between servers: not the worker's
+            server, kind = (here, "push") if there is None else (there, "pull")
+            nbytes = collective_bytes_of(tensor, op)
+            counts.tally.add(kind, nbytes)
+            counts.served[server].add(kind, nbytes)
 
 
 def collective_bytes_of(tensor, op) -> int:
@@ -118,6 +189,8 @@ class GraphCounts:
         self.flops_by_type: collections.Counter = collections.Counter()
         self.flops_by_phase: collections.Counter = collections.Counter()
         self.tally = CollectiveTally()
+        self.served: collections.defaultdict = collections.defaultdict(CollectiveTally)
+        """A parameter server's share of :attr:`tally`, by server."""
 
     def to_json(self) -> dict:
         phases = {"forward": self.flops_by_phase["forward"], "backward": self.flops_by_phase["backward"],
@@ -184,3 +257,45 @@ class AllocatorPeak:
                                               "(tf.config.experimental.get_memory_info)"}}
         info = tf.config.experimental.get_memory_info("GPU:0")
         return {"memory": {"allocator_peak_bytes": int(info["peak"])}}
+
+
+UPDATE_SCOPE = "update/"
+"""Where a parameter server's step (harness.rank.tfkeras.coordinator) puts the optimizer's update."""
+HARNESS_SCOPE = "dlscale/"
+"""Where it puts what the harness adds to the step (its clocks, the batch's taking): not counted."""
+
+
+def parameter_server_phase(op) -> str | None:
+    """The phase of an operation of a parameter server's one-function step: the harness's own are
+    not counted, the update is the optimizer's, the gradient tape's the backward."""
+    if op.name.startswith(HARNESS_SCOPE):
+        return None
+    return "optimizer" if op.name.startswith(UPDATE_SCOPE) else "backward" if BACKWARD_SCOPE in op.name else "forward"
+
+
+def parameter_server_work(graph, *, workers: int, servers: int, batch_size: int, gpu: bool) -> tuple[dict, dict]:
+    """A parameter-server worker's ``work`` a step, from the graph of the step the coordinator
+    sends every worker (the same for each), and each server's share of it by worker (as the
+    harness's own servers count it, harness.rank.frameworks.torch_ps.served_work).
+
+    Every worker runs this graph each step: its operations, FLOPs, and its reads (``pull``) and
+    writes (``push``) of the servers' variables with their bytes, counted from the graph rather
+    than in a step after the window, since the coordinator runs none. The batch's images are the
+    workload's; what TensorFlow's worker reads to make them is not counted, nor its memory."""
+    counts = GraphCounts()
+    not_counted = {"gpu": "TensorFlow's kernels are not read from its profiler" if gpu
+                   else "a CPU rank runs no GPU kernels",
+                   "memory": "a parameter-server worker's steps run in TensorFlow's worker, whose allocator's peak "
+                             "is not read",
+                   "data": "TensorFlow's worker makes the batch from the per-worker dataset: what it read is not counted"}
+    try:
+        count_graph(graph, parameter_server_phase, counts, servers=ServerTraffic(graph))
+    except Uncountable as why:
+        reason = str(why)
+        work = {"not_counted": {**not_counted, **{part: reason for part in ("operators", "flops", "collectives")}}}
+        return work, {"not_counted": reason}
+    work = {**counts.to_json(), "data": {"images": batch_size}, "not_counted": not_counted, "steps": COUNTED_STEPS}
+    served = {str(server): {"by_worker": {str(worker): counts.served[server].to_json() for worker in range(workers)},
+                            "steps": COUNTED_STEPS}
+              for server in range(servers)}
+    return work, served

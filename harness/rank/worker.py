@@ -92,11 +92,20 @@ def framework_on_this_rank(framework: str, ranks: int, batch_per_rank: int, spec
         adapter.shutdown()
 
 
-def work_counter(runtime, adapter, device, wanted: bool) -> tuple[WorkCounter | None, dict]:
+def not_counting(options) -> str | None:
+    """Why a launch with these :class:`~harness.rank.spec.RankOptions` counts no work, or None."""
+    if options.count_instructions:  # the work's own counting would be counted
+        return "this launch counted its steps' host instructions instead"
+    if not options.count_work:
+        return "counting was turned off (--no-count-work)"
+    return None
+
+
+def work_counter(runtime, adapter, device, options) -> tuple[WorkCounter | None, dict]:
     """What counts a training rank's work after its window, or None with the record's ``work``
     saying why nothing is counted."""
-    if not wanted:
-        return None, {"work": uncounted("counting was turned off (--no-count-work)")}
+    if why := not_counting(options):
+        return None, {"work": uncounted(why)}
     try:
         return runtime.work_counter(adapter, device), {}
     except NotCounted as why:
@@ -167,7 +176,8 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
                 samples = adapter.follow(progress, lambda: run_probes(probe, batch, PROBE_STEPS, runtime.sync(device)))
             finally:
                 probe.close()
-            samples["work"] = uncounted("a following rank's steps are run by its coordinator, which counts none")
+            if "work" not in samples:  # its coordinator counts the steps it sends
+                samples["work"] = uncounted(not_counting(options) or "its coordinator counted no step")
             loader_settings = loader.settings()
         else:
             loader = runtime.loader(cell.loader, workload, rank, device)
@@ -178,12 +188,8 @@ def run(spec: WorkerSpec, rank: RankInfo, progress) -> dict:
                 batches = with_fault_batches(batches, progress)  # a 'slow' fault sleeps inside the timed steps
                 gate = (functools.partial(meet, options.window_gate)
                         if options.window_gate and rank.rank == 0 else None)
-                if options.count_instructions:  # the work's own counting would be counted
-                    instructions, counter = InstructionCounting(Path(spec.output_dir)), None
-                    not_counted = {"work": uncounted("this launch counted its steps' host instructions instead")}
-                else:
-                    instructions = None
-                    counter, not_counted = work_counter(runtime, adapter, device, options.count_work)
+                instructions = InstructionCounting(Path(spec.output_dir)) if options.count_instructions else None
+                counter, not_counted = work_counter(runtime, adapter, device, options)
                 samples = train(adapter, batches, warmup_steps=workload.warmup_steps, steps=workload.steps,
                                 device=device, progress=progress, probe=probe, own_cores=cores,
                                 sync=runtime.sync(device), clock=runtime.clock(device), gate=gate,

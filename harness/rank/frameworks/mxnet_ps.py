@@ -135,9 +135,6 @@ class MXNetPSAdapter(ServerRoles, MXNetAdapter, Server):
     def optimizer_step(self) -> None:
         self.trainer.step(1)  # the optimizer's rescale_grad already divides by the global batch
 
-    def work_not_counted(self) -> str | None:
-        return None
-
     def window_starts(self) -> None:
         if self.rank.rank == 0:
             self.kv._send_command_to_servers(CONTROLLER_COMMAND, TIMED)  # noqa: SLF001

@@ -56,11 +56,6 @@ class ServerRoles:
         """A server's updates in the timed window: one per step, or one per worker's step async."""
         return steps * (self.workers if self.mode == "async" else 1)
 
-    def work_not_counted(self) -> str | None:
-        """torch's and MXNet's parameter servers count (their adapters override this); TensorFlow's says why not."""
-        return ("its workers' steps are run by TensorFlow's coordinator, which runs no step after the window for "
-                "the worker to count, and its servers are TensorFlow's: its pushes and pulls are not counted yet")
-
     def learning_rate_rule(self) -> str:
         return ("linearly scaled over the workers" if self.mode == "sync"
                 else "one worker's batch per update (the scaled rate over the workers)")

@@ -163,11 +163,14 @@ class TensorFlowPSAdapter(ServerRoles, FrameworkAdapter, Server, Follower):
         sent = self._await(steps_path(self.workdir, self.rank.rank), progress)
         after = probes()
         samples = worker_samples(sent["steps"], sent["warmup"], sent["timed"], self.batch_size)
-        return {**samples, "compute_probe": before + after}
+        return {**samples, "compute_probe": before + after, **({"work": sent["work"]} if "work" in sent else {})}
 
     def serve(self, progress: Callable[[str, int, int], None], steps: int) -> dict:
         done = self._await(self.workdir / DONE, progress)
-        return {"role": "server", "server": self.rank.rank - self.workers, **done["servers"]}
+        server = self.rank.rank - self.workers
+        work = done.get("work", {}).get(str(server)) or \
+            {"not_counted": done.get("work", {}).get("not_counted", "the coordinator counted no step")}
+        return {"role": "server", "server": server, **done["servers"], "work": work}
 
     def _await(self, path: Path, progress: Callable[[str, int, int], None]) -> dict:
         """``path``'s content once the coordinator has written it; meanwhile its progress, relayed."""

@@ -157,9 +157,6 @@ class TorchPSAdapter(ServerRoles, Trainer, Server):
     def window_starts(self) -> None:
         self.timed = True
 
-    def work_not_counted(self) -> str | None:
-        return None
-
     @contextlib.contextmanager
     def counting_collectives(self, tally: CollectiveTally) -> Iterator[None]:
         """A worker's pushes and pulls go by RPC, out of torch's dispatcher: each counted here, per

@@ -28,7 +28,7 @@ from harness.rank.frameworks.tensorflow_ps import (COORDINATOR_ERROR, COORDINATO
                                                    cluster_spec, probed_path, schedule_another, server_stats,
                                                    steps_path)
 from harness.rank.spec import WorkerSpec
-from harness.rank.worker import ProgressFile
+from harness.rank.worker import ProgressFile, not_counting
 
 CORES_OF_ITS_OWN = 1
 """The coordinator only traces and dispatches: one kernel thread, beside the ranks' cores. Its
@@ -40,38 +40,46 @@ SCHEDULED_AT_MOST = 4
 
 def step_closure(strategy, model, optimizer, loss_fn, global_batch: int):
     """One training step of one worker, as a function the coordinator schedules: the clock readings
-    of :data:`~harness.rank.frameworks.tensorflow_ps.STAMP_FIELDS`, its loss and its process id."""
+    of :data:`~harness.rank.frameworks.tensorflow_ps.STAMP_FIELDS`, its loss and its process id.
+    What the harness adds (the clocks, the batch's taking) is under its own name scope, the update
+    under another, so that counting the step's graph (harness.rank.tf_work) tells them apart."""
     import tensorflow as tf
+
+    from harness.rank.tf_work import HARNESS_SCOPE, UPDATE_SCOPE
 
     variables = model.trainable_variables
 
     def replica(images, labels):
-        with tf.control_dependencies([images, labels]):
+        with tf.name_scope(HARNESS_SCOPE), tf.control_dependencies([images, labels]):
             batch_read = tf.timestamp()
         with tf.GradientTape() as tape:
             per_image = loss_fn(model(images, training=True), labels)
             loss = tf.nn.compute_average_loss(per_image, global_batch_size=global_batch)
         gradients = tape.gradient(loss, variables)
-        with tf.control_dependencies(gradients):
+        with tf.name_scope(HARNESS_SCOPE), tf.control_dependencies(gradients):
             computed = tf.timestamp()
         # not held back until every gradient is computed: a variable's update leaves for its server
         # as soon as its gradient is, beside the rest of backward, as without the clock
-        optimizer.apply(gradients, variables)
+        with tf.name_scope(UPDATE_SCOPE):
+            optimizer.apply(gradients, variables)
         # Keras counts the step once it has issued the updates, which may still be under way: their
         # rest lands in the next step's time, which starts once this one has ended
-        with tf.control_dependencies([tf.convert_to_tensor(optimizer.iterations)]):
-            applied = tf.timestamp()
-        return batch_read, computed, applied, tf.cast(tf.reduce_mean(per_image), tf.float64)
+        with tf.name_scope(HARNESS_SCOPE):
+            with tf.control_dependencies([tf.convert_to_tensor(optimizer.iterations)]):
+                applied = tf.timestamp()
+            return batch_read, computed, applied, tf.cast(tf.reduce_mean(per_image), tf.float64)
 
     @tf.function
     def step(iterator):
-        started = tf.timestamp()
-        with tf.control_dependencies([started]):
-            images, labels = next(iterator)
+        with tf.name_scope(HARNESS_SCOPE):
+            started = tf.timestamp()
+            with tf.control_dependencies([started]):
+                images, labels = next(iterator)
         batch_read, computed, applied, loss = strategy.run(replica, args=(images, labels))
-        # the ops run in the worker's process: its id tells the coordinator which worker rank ran it
-        pid = tf.strings.to_number(tf.strings.split(tf.io.read_file("/proc/self/stat"))[0], tf.float64)
-        return tf.stack([started, batch_read, computed, applied, loss, pid])
+        with tf.name_scope(HARNESS_SCOPE):
+            # the ops run in the worker's process: its id tells the coordinator which worker rank ran it
+            pid = tf.strings.to_number(tf.strings.split(tf.io.read_file("/proc/self/stat"))[0], tf.float64)
+            return tf.stack([started, batch_read, computed, applied, loss, pid])
     return step
 
 
@@ -128,12 +136,25 @@ def coordinate(spec: WorkerSpec) -> None:
                    else ("timed", done - workload.warmup_steps, workload.steps)))
     coordinator.join()
 
+    work, served = ({}, {}) if not_counting(spec.options) else \
+        counted_step(step, iterator, workers=workers, servers=workload.ps_servers, batch_size=workload.batch_size,
+                     gpu=spec.options.device != "cpu" and bool(tf.config.list_physical_devices("GPU")))
     for rank, steps in enumerate(steps_by_worker):
         steps.sort(key=lambda row: row[0])  # as they started: the coordinator fetches them as it scheduled them
-        write_json_atomic(steps_path(workdir, rank),
-                          {"steps": steps, "warmup": workload.warmup_steps, "timed": workload.steps})
+        write_json_atomic(steps_path(workdir, rank), {"steps": steps, "warmup": workload.warmup_steps,
+                                                      "timed": workload.steps, **({"work": work} if work else {})})
     stats = server_stats(steps_by_worker, workload.warmup_steps)
-    write_json_atomic(workdir / DONE, {"servers": stats.to_json()})
+    write_json_atomic(workdir / DONE, {"servers": stats.to_json(), **({"work": served} if served else {})})
+
+
+def counted_step(step, iterator, **facts) -> tuple[dict, dict]:
+    """The work of the step every worker runs, counted from its graph once they are done (the
+    coordinator runs no step after the window), with what the counting took."""
+    from harness.rank.tf_work import parameter_server_work
+
+    started = time.perf_counter()
+    work, served = parameter_server_work(step.get_concrete_function(iterator).graph, **facts)
+    return {**work, "cost_s": round(time.perf_counter() - started, 3)}, served
 
 
 def wait_for(path: Path, timeout_s: float = 600.0) -> None:
