@@ -11,7 +11,8 @@ After the (one-step) timed window, :class:`InstructionCounting` starts the instr
 counts :data:`INSTRUCTION_STEPS` steps: each zeroed and dumped through callgrind's monitor commands,
 which act on every thread (its client requests to zero and dump act on the calling thread only),
 into a file per thread (``--separate-threads=yes``) whose total is that thread's count of the step;
-:mod:`harness.rank.callgrind_threads` tells the threads' kinds apart. The rank runs one compute
+:mod:`harness.rank.callgrind_threads` tells the threads' kinds apart (and the part of a thread
+spent polling for a collective's end, which counts as transport). The rank runs one compute
 thread with ``PYTHONHASHSEED=0`` where the launch sets none (a second compute thread's spin-waits
 and a random hash order are the counts' own noise), and oneDNN's AVX kernels (:data:`ONEDNN_ISA`):
 the counts describe the paths taken under valgrind, which offers no AVX-512 either. callgrind's
@@ -175,11 +176,15 @@ def _rank_file(threads: list[dict]) -> str | None:
 
 
 def _threads_across_steps(steps: list[list[dict]]) -> list[dict]:
-    """Each thread once: its id, name, kind and its count in each step (0 where it had no dump)."""
+    """Each thread once: its id, name, kind and its count in each step (0 where it had no dump),
+    with the part of it spent polling for a collective's end (``waiting``, counted as transport)
+    where it had any."""
     threads: dict[int, dict] = {}
     for index, step in enumerate(steps):
         for thread in step:
             entry = threads.setdefault(thread["thread"], {"thread": thread["thread"], "name": thread["name"],
                                                           "kind": thread["kind"], "steps": [0] * len(steps)})
             entry["steps"][index] = thread["count"]
+            if thread.get("waiting"):
+                entry.setdefault("waiting", [0] * len(steps))[index] = thread["waiting"]
     return list(threads.values())

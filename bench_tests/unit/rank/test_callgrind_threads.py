@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from harness.rank.callgrind_threads import (COMMUNICATION, LOADER, OTHER, RANK, TRANSPORT, by_kind, dump_functions,
-                                            dump_total, scheduler_lwpids, step_threads, thread_files, thread_kind)
+                                            dump_total, scheduler_lwpids, step_threads, thread_files, thread_kind,
+                                            waiting_count)
 
 LAUNCH = Path(__file__).with_name("callgrind")
 OUTPUT = "callgrind-5547.out"
@@ -63,3 +64,132 @@ def test_a_steps_threads_are_counted_each_with_its_kind_and_summed_by_kind():
     unnamed = step_threads(thread_files(LAUNCH, OUTPUT, 2), {})  # no listing: gloo's functions tell
     assert [thread["kind"] for thread in unnamed] == [OTHER, TRANSPORT, COMMUNICATION]
     assert by_kind(threads) == {RANK: 0, COMMUNICATION: 15_178, TRANSPORT: 240_491, LOADER: 0, OTHER: 71}
+
+
+# Excerpts of a real 2-rank Horovod-over-gloo launch (horovodrun --gloo, horovod 0.28.1, ResNet20
+# at 32 px, docs/measurements.md "Horovod over gloo under callgrind"): each line as callgrind wrote
+# it, the lines between left out.
+HOROVOD_LOOP_CAUGHT_IN_A_HANDLER = """\
+# callgrind format
+version: 1
+creator: callgrind-3.19.0
+pid: 20543
+cmd:  /work/main/.venv/bin/python -m harness.rank.worker /tmp/hvdcg/a2/horovod-synthetic-resnet20-g2/spec.json
+part: 1
+thread: 5
+
+positions: line
+events: Ir
+summary: 194176
+
+ob=(98) /work/main/.venv/lib/python3.11/site-packages/horovod/torch/mpi_lib_v2.cpython-311-x86_64-linux-gnu.so
+fl=(52) /tmp/pip-wheel-829qsl1o/horovod_1b35f60f737b485d9ac3408368be7214/third_party/gloo/gloo/transport/tcp/pair.cc
+fn=(630) gloo::transport::tcp::Pair::handleEvents(int)
+fi=(53) /usr/include/c++/12/bits/atomic_base.h
+488 193
+fi=(54) /tmp/pip-wheel-829qsl1o/horovod_1b35f60f737b485d9ac3408368be7214/third_party/gloo/gloo/transport/tcp/loop.cc
+152 386
++2 1060
+cob=(5) /usr/lib/x86_64-linux-gnu/libc.so.6
+cfi=(57) ./misc/../sysdeps/unix/sysv/linux/epoll_wait.c
+cfn=(648) epoll_wait
+calls=1060 30 
+* 58271
+* 1060
+cfi=(116) /tmp/pip-wheel-829qsl1o/horovod_1b35f60f737b485d9ac3408368be7214/third_party/gloo/gloo/transport/tcp/pair.h
+cfn=(6950) non-virtual thunk to gloo::transport::tcp::Pair::handleEvents(int)
+calls=866 -25 
+* 82538
+-2 1734
+
+totals: 194176
+"""
+"""Rank 0's second TCP loop (valgrind's thread 5), the first counted step: caught inside an event's
+handler when the instrumentation started, it never names ``Loop::run``; callgrind charges the loop's
+own lines (loop.cc) to the handler. Read by its gloo functions alone it was communication."""
+
+HOROVOD_RANK_THREAD_WAITING = """\
+# callgrind format
+version: 1
+creator: callgrind-3.19.0
+pid: 21260
+cmd:  /work/main/.venv/bin/python -m harness.rank.worker /tmp/hvdcg/f1/horovod-synthetic-resnet20-g2/spec.json
+part: 1
+thread: 1
+
+positions: line
+events: Ir
+summary: 946394931
+
+fn=(10480) pybind11::cpp_function::initialize<void (*&)(int), void, int, pybind11::name, pybind11::scope, pybind11::sibling>(void (*&)(int), void (*)(int), pybind11::name const&, pybind11::scope const&, pybind11::sibling const&)::{lambda(pybind11::detail::function_call&)#3}::_FUN(pybind11::detail::function_call&)
+2190 177
+cfn=(8008) pybind11::detail::type_caster<int, void>::load(pybind11::handle, bool)
+calls=59 242 
+* 5251
+* 59
+cfi=(191) /tmp/pip-wheel-829qsl1o/horovod_1b35f60f737b485d9ac3408368be7214/horovod/torch/mpi_ops_v2.cc
+cfn=(10488) horovod::torch::WaitAndClear(int)
+calls=59 1121 
+* 49675993
+fi=(187) /root/.pyenv/versions/3.11.7/include/python3.11/object.h
+502 118
+
+fn=(10488)
+1121 354
++2 177
+cfi=(195)
+cfn=(10490) horovod::torch::HandleManager::PollHandle(int)
+calls=59 33 
+* 8260
+* 118
+fe=(191)
+1123 250257
+cfi=(195)
+cfn=(10490)
+calls=83419 33 
+* 11678660
+* 166838
+
+totals: 946394985
+"""
+"""Rank 0's own thread (valgrind's thread 1), the first counted step of a launch with
+HOROVOD_FUSION_THRESHOLD=0: the 59 gradients' ``synchronize`` polled their handles 83,419 times,
+49,675,993 instructions of its 946,394,985 (the next step: 16,575,506 of 913,281,624; the rest
+896,718,992 and 896,706,118)."""
+
+HOROVOD_GLOO_BACKGROUND_LOOP = [  # rank 0's valgrind thread 3, among the 281 functions of its step's dump
+    "horovod::common::(anonymous namespace)::BackgroundThreadLoop(horovod::common::HorovodGlobalState&)",
+    "horovod::common::GlooAllreduce::Execute(std::vector<horovod::common::TensorTableEntry, "
+    "std::allocator<horovod::common::TensorTableEntry> >&, horovod::common::Response const&)",
+    "gloo::allreduce(gloo::AllreduceOptions const&)", "void gloo::sum<float>(void*, void const*, void const*, unsigned long)",
+    "gloo::transport::tcp::Pair::send(gloo::transport::UnboundBuffer*, unsigned long, unsigned long, unsigned long)",
+    "gloo::transport::tcp::Pair::write(gloo::transport::tcp::Op&)",
+    "gloo::transport::tcp::UnboundBuffer::handleSendCompletion(int)",
+    "gloo::transport::tcp::UnboundBuffer::waitRecv(int*, std::chrono::duration<long, std::ratio<1l, 1000l> >)",
+    "__memcpy_avx_unaligned_erms", "epoll_wait"]
+
+
+@pytest.mark.parametrize("functions, kind", [
+    # Horovod's background loop over gloo runs gloo's all-reduces itself (and writes to its pairs, and
+    # waits for their receives), but never handles a pair's events: communication
+    (HOROVOD_GLOO_BACKGROUND_LOOP, COMMUNICATION),
+    # a TCP loop that names no Loop::run: its pairs' event handlers name it
+    (sorted(dump_functions(HOROVOD_LOOP_CAUGHT_IN_A_HANDLER)), TRANSPORT),
+    (["gloo::transport::tcp::Pair::handleEvents(int)'2", "gloo::transport::tcp::Pair::read()", "recv"], TRANSPORT),
+])
+def test_horovod_over_gloos_threads_are_known_by_their_functions(functions, kind):
+    assert thread_kind(5, "callgrind-amd64", functions) == kind  # they keep the interpreter's name under valgrind
+
+
+def test_the_rank_threads_polling_for_horovods_handles_is_counted_apart_as_transport(tmp_path):
+    """The inclusive count of each call into WaitAndClear from outside it (its calls to PollHandle
+    inside it are not counted again); the rest of the thread stays the rank's."""
+    assert waiting_count(HOROVOD_RANK_THREAD_WAITING) == 49_675_993
+    assert waiting_count(HOROVOD_LOOP_CAUGHT_IN_A_HANDLER) == 0
+    assert waiting_count((LAUNCH / "callgrind-5547.out.2-03").read_text()) == 0  # DDP's threads wait on no handle
+    (tmp_path / "callgrind-21260.out.1-01").write_text(HOROVOD_RANK_THREAD_WAITING)
+    (tmp_path / "callgrind-21260.out.1-05").write_text(HOROVOD_LOOP_CAUGHT_IN_A_HANDLER)
+    threads = step_threads(thread_files(tmp_path, "callgrind-21260.out", 1), {1: "callgrind-amd64", 5: "callgrind-amd64"})
+    assert [(thread["thread"], thread["kind"], thread["count"], thread["waiting"]) for thread in threads] == [
+        (1, RANK, 946_394_985, 49_675_993), (5, TRANSPORT, 194_176, 0)]
+    assert by_kind(threads) == {RANK: 896_718_992, COMMUNICATION: 0, TRANSPORT: 49_675_993 + 194_176, LOADER: 0, OTHER: 0}
