@@ -1,6 +1,7 @@
 """What a cell's counted work says (harness.rank.work counts it per rank and step):
 
-    cell_work(records)             -> one launch's work: its training ranks' counts, summed
+    cell_work(records, servers)    -> one launch's work: its training ranks' counts, summed, and what
+                                      its parameter servers counted of them, by server
     launches_work(launches)        -> a cell's work over its launches, naming parts that differed
     compare_work(before, after)    -> WorkChange: what moved, e.g. "+9.1% FLOPs (aten::convolution)"
     against_baseline(stored, work) -> the same against a baseline's work counted with the same packages
@@ -20,6 +21,7 @@ import hashlib
 import json
 from typing import Mapping, Sequence
 
+from harness.judging.servers import served_work
 from harness.rank.work import WORK_PARTS
 
 PARTS = WORK_PARTS
@@ -42,11 +44,13 @@ KERNEL_TIME_TOLERANCE = 0.03
 """A GPU's summed kernel time is timed, not counted: a move within this share is the same."""
 
 
-def cell_work(records: Sequence[Mapping]) -> dict | None:
+def cell_work(records: Sequence[Mapping], server_records: Sequence[Mapping] = ()) -> dict | None:
     """One launch's work per step, from its training ranks' records: operators, FLOPs, collectives,
     data and GPU kernels summed over the ranks, memory the largest rank's. A part any rank did not
     count is under ``not_counted`` with its reason, never a partial sum. None where no rank counted
-    (an older harness's records)."""
+    (an older harness's records). A parameter-server cell's work holds its servers' counts too
+    (``servers``, per server: the pushes, pulls or updates of the workers' step), so that a change
+    in how the parameters are spread over the servers moves the work with the same totals."""
     works = [record["work"] for record in records if record.get("work")]
     if not works or len(works) != len(records):
         return None
@@ -81,10 +85,20 @@ def cell_work(records: Sequence[Mapping]) -> dict | None:
     if all(timed):
         result["timed"] = {name: round(sum(figures.get(name, 0.0) for figures in timed), 6)
                            for name in sorted({name for figures in timed for name in figures})}
+    if served := served_counts(server_records):
+        result["servers"] = served
     differ = sorted({part for work in works for part in work.get("steps_differ", ())})
     versions = records[0].get("versions")
     return {**result, "not_counted": not_counted, **({"steps_differ": differ} if differ else {}),
             "cost_s": max(work.get("cost_s", 0.0) for work in works), **({"versions": versions} if versions else {})}
+
+
+def served_counts(server_records: Sequence[Mapping]) -> dict:
+    """Each server's counts of the workers' step, by kind, summed over the workers; empty where no
+    server counted."""
+    by_server = served_work(server_records)["by_server"] if server_records else {}
+    return {server: {kind: counts for kind, counts in entry.items() if kind not in ("by_worker", "by_worker_not_counted")}
+            for server, entry in by_server.items()}
 
 
 def _timed(work: Mapping) -> dict:
@@ -96,11 +110,14 @@ def _timed(work: Mapping) -> dict:
     return timed
 
 
-def launches_work(launches: Sequence[Sequence[Mapping]]) -> dict | None:
-    """A cell's work over its launches (each one's training records): the first counted launch's,
-    with ``launches_differ`` naming the parts a later launch counted otherwise (counts are
-    deterministic: a part that differs says the launches did not do the same work)."""
-    works = [work for work in (cell_work(records) for records in launches) if work]
+def launches_work(launches: Sequence[Sequence[Mapping]],
+                  servers: Sequence[Sequence[Mapping]] | None = None) -> dict | None:
+    """A cell's work over its launches (each one's training records, and its server records in
+    ``servers``): the first counted launch's, with ``launches_differ`` naming the parts a later
+    launch counted otherwise (counts are deterministic: a part that differs says the launches did
+    not do the same work)."""
+    servers = servers or [()] * len(launches)
+    works = [work for work in (cell_work(records, served) for records, served in zip(launches, servers)) if work]
     if not works:
         return None
     first = works[0]
@@ -135,6 +152,8 @@ def work_digest(work: Mapping | None) -> str | None:
     if not work:
         return None
     counted = {part: _count(part, work[part]) if part in work else "not counted" for part in PARTS}
+    if work.get("servers"):  # only a parameter-server cell's: every other cell's digest stays as it was
+        counted["servers"] = work["servers"]
     return hashlib.sha256(json.dumps(counted, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -230,6 +249,8 @@ def compare_work(before: Mapping | None, after: Mapping | None, *, before_name: 
             moved += found
         else:
             same.append(part)
+    if before.get("servers") and after.get("servers"):
+        moved += _servers(before["servers"], after["servers"])
     return WorkChange(moved=tuple(moved), same=tuple(same), uncompared=tuple(uncompared),
                       timed=_timed_moves(_timed(before), _timed(after)))
 
@@ -291,6 +312,17 @@ def _collectives(before: Mapping, after: Mapping) -> list[Moved]:
         if changes:
             moved.append(Moved("collectives", f"{kind} {', '.join(changes)}",
                                now["bytes"] / was["bytes"] if was["bytes"] else None))
+    return moved
+
+
+def _servers(before: Mapping, after: Mapping) -> list[Moved]:
+    """What moved at each parameter server, where the workers' totals may not have (the parameters
+    spread otherwise): e.g. ``push at server 1 bytes +12.0%``."""
+    moved = []
+    for server in sorted(set(before) | set(after), key=str):
+        for found in _collectives(before.get(server, {}), after.get(server, {})):
+            kind, _, change = found.text.partition(" ")
+            moved.append(Moved("collectives", f"{kind} at server {server} {change}", found.ratio))
     return moved
 
 

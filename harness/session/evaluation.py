@@ -41,7 +41,7 @@ def evaluate(result: CellResult, *, config: Mapping, baselines: BaselineFile, re
     result.yardstick = from_records(result.records)
     result.cpu_wait_share = wait_share(result.records)
     result.outside_share = outside_share(result.records)
-    result.work = launches_work([run.records for run in result.runs])
+    result.work = launches_work([run.records for run in result.runs], [run.server_records for run in result.runs])
     change = against_baseline((entry or {}).get("work"), result.work)
     result.work_change = change.to_json() if change else None
     result.throughput = throughput_interval(*step_samples(result.records))

@@ -101,7 +101,7 @@ class PairedResult:
     def launched(self, runs: Mapping[str, CellRun]) -> None:
         """The first pair both sides completed: their counted work compared before any speed verdict."""
         if self.work_change is None and len(runs) == len(SIDES) and all(run.ok for run in runs.values()):
-            self.work = {side: cell_work(run.records) for side, run in runs.items()}
+            self.work = {side: cell_work(run.records, run.server_records) for side, run in runs.items()}
             self.work_change = compare_work(self.work["reference"], self.work["current"])
 
     def keep(self, order: str, figures: Mapping[str, float]) -> None:

@@ -233,7 +233,7 @@ def log_entry(run: CellRun, *, side: str, index: int, order: str) -> dict:
                      throughput_as_stored=summarize(trim_warmup(run.records)[0]).throughput,
                      window_throughputs=window_figures(run), outside_share=outside_share(run.records),
                      spent=where_time_went(run), launch_facts=[record.get("launch_facts") for record in run.records],
-                     work_digest=work_digest(cell_work(run.records)))
+                     work_digest=work_digest(cell_work(run.records, run.server_records)))
     return entry
 
 

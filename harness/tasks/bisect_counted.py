@@ -13,8 +13,9 @@ from harness.tasks.bisect_launches import BisectRun
 from harness.tasks.bisect_points import BisectError
 from harness.tasks.bisect_settings import COUNTED_BY
 
-COUNTS = {"work": cell_work, "instructions": cell_instructions}
-"""What a launch's records count, by what a midpoint is placed by."""
+COUNTS = {"work": lambda run: cell_work(run.records, run.server_records),
+          "instructions": lambda run: cell_instructions(run.records)}
+"""What a launch counted, by what a midpoint is placed by."""
 
 
 class CountedPlacement:
@@ -98,7 +99,7 @@ class CountedPlacement:
             if not run.ok:
                 entry["error"] = self.state.counted_errors[key] = (run.error or run.status).strip()
             self.state.counted_log.append(entry)
-            kept[key] = COUNTS[by](run.records) if run.ok else None
+            kept[key] = COUNTS[by](run) if run.ok else None
             self.run.save()
         return kept[key]
 

@@ -222,3 +222,25 @@ def test_a_change_comes_back_from_its_json():
     before, after = cell_work(launch(rank_work(convolution=1000))), cell_work(launch(rank_work(convolution=1100)))
     change = compare_work(before, after)
     assert WorkChange.from_json(change.to_json()) == change
+
+
+def served(server: int, push_bytes: int, workers: int = 2) -> dict:
+    """A parameter server's record of the workers' counted step, as torch's and TensorFlow's give it."""
+    share = {"push": {"calls": 1, "bytes": push_bytes}, "pull": {"calls": 1, "bytes": push_bytes}}
+    return {"role": "server", "server": server,
+            "work": {"by_worker": {str(worker): share for worker in range(workers)}, "steps": 1}}
+
+
+def test_parameters_spread_otherwise_over_the_servers_move_the_work_where_the_workers_totals_do_not():
+    """Two workers push 1,000 bytes a step each, first 600 to server 0 and 400 to server 1, then
+    500 and 500: their own counts are the same, the servers' are not."""
+    workers = launch(rank_work(), rank_work())
+    before = cell_work(workers, [served(0, 600), served(1, 400)])
+    after = cell_work(workers, [served(0, 500), served(1, 500)])
+    assert before["servers"]["0"]["push"] == {"calls": 2, "bytes": 1200}
+    change = compare_work(before, after)
+    assert change.changed and [moved.part for moved in change.moved] == ["collectives"] * 4
+    assert "push at server 0 bytes -16.7%" in change.text() and "pull at server 1 bytes +25.0%" in change.text()
+    assert work_digest(before) != work_digest(after)
+    assert work_digest(cell_work(workers)) == work_digest({**cell_work(workers), "servers": {}})  # other cells: as before
+    assert launches_work([workers, workers], [[served(0, 600)], [served(0, 500)]])["launches_differ"] == ["collectives"]
