@@ -3,7 +3,7 @@
 
 A kind is :data:`RANK` for the thread that runs the step (valgrind's thread 1, the rank's main
 thread), :data:`COMMUNICATION` for the threads that run a collective library's algorithms (gloo's
-run loops, NCCL's, Horovod's background loop over gloo, 70-81% of whose count is its all-reduces:
+run loops, NCCL's, Horovod's background loop over gloo, 69-81% of whose count is its all-reduces:
 the fusion buffer's copies, gloo's reductions, the averaging; the rest, its negotiation, follows
 how many 1 ms cycles the gradients fall into), :data:`TRANSPORT` for those that move the
 bytes as they arrive or poll for them (gloo's TCP loop: its count follows when its peers' bytes
