@@ -188,47 +188,46 @@ def test_a_bisect_over_six_commits_names_the_wider_layer_by_its_work(tmp_path):
 
 EVERY_FRAMEWORK = [("ddp", "native", 2, "mpirun"), ("torch_ps_sync", "synthetic", 3, "torchrun"),
                    ("tensorflow", "native-tfrecord", 2, "mpirun"), ("horovod_tf", "native", 2, "mpirun"),
-                   ("mxnet", "native", 2, "mpirun")]
-"""One counted cell of each framework whose ranks count (ResNet20, the launch tests' workload)."""
+                   ("mxnet", "native", 2, "mpirun"), ("tensorflow_ps_async", "synthetic", 3, "mpirun")]
+"""One counted cell of each framework (ResNet20, the launch tests' workload)."""
 
 
-def test_every_framework_counts_the_same_work_launch_after_launch_and_what_counting_costs(tmp_path, tiny_dataset,
-                                                                                          tiny_tfrecords):
-    """An A/A of 2 pairs (4 counted launches) a framework, every count equal, and beside each counted
-    launch a plain one (counting off), in random order, their wall times side by side."""
+@pytest.mark.parametrize("framework, loader, ranks, launcher", EVERY_FRAMEWORK,
+                         ids=[framework for framework, *_ in EVERY_FRAMEWORK])
+def test_every_framework_counts_the_same_work_launch_after_launch_and_what_counting_costs(
+        framework, loader, ranks, launcher, tmp_path, tiny_dataset, tiny_tfrecords):
+    """An A/A of 2 pairs (4 counted launches) a framework, every count equal (its servers' too),
+    and beside each counted launch a plain one (counting off), in random order, their wall times
+    side by side."""
     from bench_tests.workloads import TEST_MODEL, TINY
 
     rng = random.Random(1)
     workload = TINY.replace(data_dir=str(tiny_dataset), tfrecord_dir=str(tiny_tfrecords))
-    report = {}
-    for framework, loader, ranks, launcher in EVERY_FRAMEWORK:
-        cell = Cell(framework=framework, loader=loader, model=TEST_MODEL, ranks=ranks)
-        walls, digests, works = {True: [], False: []}, [], []
-        for round_ in range(4):
-            for count in rng.sample([True, False], 2):
-                options = RankOptions(cores_per_rank=1, count_work=count) if ranks <= 2 else \
-                    RankOptions(count_work=count)
-                run = run_cell(cell, workload, LAUNCHERS.create(launcher), workdir=tmp_path / f"{cell.id}-{round_}-{count}",
-                               options=options)
-                assert run.ok, run.error
-                walls[count].append(run.wall_s)
-                if count:
-                    works.append(cell_work(run.records))
-                    digests.append(work_digest(works[-1]))
-        first = works[0]
-        report[cell.id] = {"digests": digests, "wall_counted_s": walls[True], "wall_plain_s": walls[False],
-                           "median_ratio": statistics.median(c / p for c, p in zip(walls[True], walls[False])),
-                           "counted_step_s": [work["cost_s"] for work in works],
-                           "flops": first.get("flops", {}).get("total"),
-                           "flops_by_phase": first.get("flops", {}).get("by_phase"),
-                           "collectives": first.get("collectives"), "data": first.get("data"),
-                           "not_counted": first.get("not_counted")}
-        print(f"{cell.id}: {len(set(digests))} distinct work in 4 counted launches; wall counted/plain median "
-              f"{report[cell.id]['median_ratio']:.3f} ({walls[True]} vs {walls[False]})", flush=True)
-    output = Path(os.environ.get("DLSCALE_WORK_JSON", "results/counted_work_every_framework.json"))
+    cell = Cell(framework=framework, loader=loader, model=TEST_MODEL, ranks=ranks)
+    walls, digests, works = {True: [], False: []}, [], []
+    for round_ in range(4):
+        for count in rng.sample([True, False], 2):
+            options = RankOptions(cores_per_rank=1, count_work=count) if ranks <= 2 else RankOptions(count_work=count)
+            run = run_cell(cell, workload, LAUNCHERS.create(launcher), workdir=tmp_path / f"{cell.id}-{round_}-{count}",
+                           options=options)
+            assert run.ok, run.error
+            walls[count].append(run.wall_s)
+            if count:
+                works.append(cell_work(run.records, run.server_records))
+                digests.append(work_digest(works[-1]))
+    first = works[0]
+    report = {"digests": digests, "wall_counted_s": walls[True], "wall_plain_s": walls[False],
+              "median_ratio": statistics.median(c / p for c, p in zip(walls[True], walls[False])),
+              "counted_step_s": [work["cost_s"] for work in works],
+              "flops": first.get("flops", {}).get("total"), "flops_by_phase": first.get("flops", {}).get("by_phase"),
+              "collectives": first.get("collectives"), "servers": first.get("servers"), "data": first.get("data"),
+              "not_counted": first.get("not_counted")}
+    print(f"{cell.id}: {len(set(digests))} distinct work in 4 counted launches; wall counted/plain median "
+          f"{report['median_ratio']:.3f} ({walls[True]} vs {walls[False]})", flush=True)
+    output = Path(os.environ.get("DLSCALE_WORK_DIR", "results")) / f"counted_work_{cell.id}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=1))
-    assert all(len(set(cell["digests"])) == 1 for cell in report.values()), report
+    assert len(set(digests)) == 1, report
 
 
 def widen_every_runtimes_last_stage(project: Path) -> None:
@@ -268,3 +267,25 @@ def test_a_communication_only_change_is_named_by_its_collectives_from_the_first_
     print(f"  smaller buckets: {cell['work']['reading']}; speed {cell['verdict']}")
     moved = [moved["part"] for moved in change["moved"]]
     assert "collectives" in moved and "flops" not in moved, change
+
+
+def parameters_round_robin(project: Path) -> None:
+    """torch's parameter servers take the parameters in turn, by index, instead of balancing their
+    elements: the same gradients pushed, spread otherwise."""
+    shards = project / "harness" / "rank" / "frameworks" / "ps_shards.py"
+    shards.write_text(shards.read_text().replace("server = min(range(servers), key=lambda s: (load[s], s))",
+                                                 "server = index % servers"))
+
+
+def test_parameters_spread_otherwise_over_the_servers_are_named_by_each_servers_pushes_and_pulls(tmp_path):
+    """A parameter-server change by commit on a cell with two servers and one worker: the worker
+    pushes and pulls the same calls and bytes, the servers' shares move."""
+    project = throwaway_project(tmp_path / "project", [("parameters to the servers in turn", parameters_round_robin)])
+    cell = compare(tmp_path / "sessions", "servers in turn", 0, 1, "--against", "git:HEAD~1",
+                   "--frameworks", "torch_ps_sync", "--gpus", "3", "--ps-servers", "2", "--pairs", "6",
+                   "--max-pairs", "6", project=project)
+    change = cell["work"]["change"]
+    print(f"  servers in turn: {cell['work']['reading']}; speed {cell['verdict']}")
+    moved = [moved["text"] for moved in change["moved"]]
+    assert moved and all(" at server " in text for text in moved), change
+    assert {"flops", "operators"} <= set(change["same"])

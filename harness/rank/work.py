@@ -117,7 +117,7 @@ class StepCounting:
         try:
             self.counter.start()
         except Exception as error:  # noqa: BLE001 - a failed count never fails the launch
-            self.failed = _failure(error)
+            self.failed = counting_failure(error)
             self.started = None
 
     def stop(self, images: int) -> None:
@@ -128,7 +128,7 @@ class StepCounting:
             data = self.batch_data() if self.batch_data else \
                 {"not_counted": {"data": "this loader does not say what it read"}}
         except Exception as error:  # noqa: BLE001
-            self.failed = _failure(error)
+            self.failed = counting_failure(error)
         else:
             self.counts.append({**work, "data": {"images": int(images), **data.get("data", {})},
                                 "not_counted": {**work.get("not_counted", {}), **data.get("not_counted", {})}})
@@ -142,7 +142,7 @@ class StepCounting:
         return {**counted, "cost_s": round(self.cost_s, 3)}
 
 
-def _failure(error: Exception) -> str:
+def counting_failure(error: Exception) -> str:
     return str(error) if isinstance(error, NotCounted) else f"counting failed: {type(error).__name__}: {error}"
 
 

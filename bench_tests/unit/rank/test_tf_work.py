@@ -98,8 +98,7 @@ import json, os, socket
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import keras
 import tensorflow as tf
-from harness.rank.tf_work import parameter_server_work
-from harness.rank.tfkeras.coordinator import step_closure
+from harness.rank.tfkeras.coordinator import counted_step, step_closure
 
 def address():
     with socket.socket() as free:
@@ -126,9 +125,10 @@ iterator = iter(dataset)
 step = step_closure(strategy, model, optimizer, loss_fn, global_batch=2)
 coordinator.schedule(step, args=(iterator,))
 coordinator.join()
-work, served = parameter_server_work(step.get_concrete_function(iterator).graph, workers=3, servers=2,
-                                     batch_size=2, gpu=False)
-print(json.dumps({"work": work, "served": served}))
+work, served = counted_step(step, workers=3, servers=2, batch_size=2, gpu=False)
+step.get_concrete_function(iterator)  # a second trace: which one the workers ran is no longer known
+retraced, retraced_served = counted_step(step, workers=3, servers=2, batch_size=2, gpu=False)
+print(json.dumps({"work": work, "served": served, "retraced": retraced, "retraced_served": retraced_served}))
 os._exit(0)  # the strategy's threads would keep the interpreter from ending
 """
 
@@ -174,3 +174,10 @@ def test_a_parameter_server_steps_harness_clocks_are_not_counted_and_its_update_
     assert phases["backward"] > 0 and phases["optimizer"] > 0  # the update's products by the learning rate
     assert work["data"] == {"images": 2}
     assert set(work["not_counted"]) == {"gpu", "memory", "data"}
+
+
+def test_a_parameter_server_step_that_cannot_be_counted_says_why_and_fails_nothing(parameter_server_step):
+    said = parameter_server_step["retraced"]["not_counted"]
+    assert set(said) >= {"flops", "operators", "collectives"} and "traced 2 times" in said["collectives"]
+    assert "collectives" not in parameter_server_step["retraced"]
+    assert "traced 2 times" in parameter_server_step["retraced_served"]["not_counted"]

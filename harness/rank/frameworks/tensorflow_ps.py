@@ -35,7 +35,7 @@ from harness.rank.rankenv import RankInfo, spare_port
 
 POLL_S = 0.1
 PUBLISHED = "tf-ps-rank"
-"""Each rank's address and process id (rank 0's: the coordinator's address too): ``<PUBLISHED><rank>.json``."""
+"""Each rank's address, process id and device type (rank 0's: the coordinator's address too): ``<PUBLISHED><rank>.json``."""
 COORDINATOR_PROGRESS = "tf-ps-coordinator.json"
 COORDINATOR_ERROR = "tf-ps-coordinator-error.json"
 DONE = "tf-ps-done.json"
@@ -138,7 +138,8 @@ class TensorFlowPSAdapter(ServerRoles, FrameworkAdapter, Server, Follower):
         self.tf, self.rank = tf, rank
         self.workers = workers_beside(self.servers, rank.world_size)
         chief = {"chief": f"{rank.master_addr}:{spare_port(rank)}"} if rank.rank == 0 else {}
-        published = publish_and_gather(rank, self.workdir, prefix=PUBLISHED, extra={"pid": os.getpid(), **chief})
+        published = publish_and_gather(rank, self.workdir, prefix=PUBLISHED,
+                                       extra={"pid": os.getpid(), "device": device.type, **chief})
         self.cluster = cluster_spec(published, self.workers)
         job, index = ("ps", rank.rank - self.workers) if self.serves() else ("worker", rank.rank)
         # the steps run under the server's own settings, not the process's: its cores for the

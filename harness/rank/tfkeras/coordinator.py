@@ -137,8 +137,8 @@ def coordinate(spec: WorkerSpec) -> None:
     coordinator.join()
 
     work, served = ({}, {}) if not_counting(spec.options) else \
-        counted_step(step, iterator, workers=workers, servers=workload.ps_servers, batch_size=workload.batch_size,
-                     gpu=spec.options.device != "cpu" and bool(tf.config.list_physical_devices("GPU")))
+        counted_step(step, workers=workers, servers=workload.ps_servers, batch_size=workload.batch_size,
+                     gpu=any(entry.get("device") == "cuda" for entry in published[:workers]))
     for rank, steps in enumerate(steps_by_worker):
         steps.sort(key=lambda row: row[0])  # as they started: the coordinator fetches them as it scheduled them
         write_json_atomic(steps_path(workdir, rank), {"steps": steps, "warmup": workload.warmup_steps,
@@ -147,13 +147,23 @@ def coordinate(spec: WorkerSpec) -> None:
     write_json_atomic(workdir / DONE, {"servers": stats.to_json(), **({"work": served} if served else {})})
 
 
-def counted_step(step, iterator, **facts) -> tuple[dict, dict]:
+def counted_step(step, **facts) -> tuple[dict, dict]:
     """The work of the step every worker runs, counted from its graph once they are done (the
-    coordinator runs no step after the window), with what the counting took."""
+    coordinator runs no step after the window), with what the counting took. A count that fails
+    is said, never fails the launch."""
     from harness.rank.tf_work import parameter_server_work
+    from harness.rank.work import NotCounted, counting_failure, uncounted
 
     started = time.perf_counter()
-    work, served = parameter_server_work(step.get_concrete_function(iterator).graph, **facts)
+    try:
+        # the trace the steps ran (tracing anew would take a second, beside the ranks' last probes)
+        traced = step._list_all_concrete_functions()  # noqa: SLF001 - tf.function lists them only here
+        if len(traced) != 1:
+            raise NotCounted(f"the step was traced {len(traced)} times: which trace the workers ran is not known")
+        work, served = parameter_server_work(traced[0].graph, **facts)
+    except Exception as error:  # noqa: BLE001 - a failed count never fails the launch
+        why = counting_failure(error)
+        work, served = uncounted(why), {"not_counted": why}
     return {**work, "cost_s": round(time.perf_counter() - started, 3)}, served
 
 
