@@ -188,7 +188,9 @@ def test_a_bisect_over_six_commits_names_the_wider_layer_by_its_work(tmp_path):
 
 EVERY_FRAMEWORK = [("ddp", "native", 2, "mpirun"), ("torch_ps_sync", "synthetic", 3, "torchrun"),
                    ("tensorflow", "native-tfrecord", 2, "mpirun"), ("horovod_tf", "native", 2, "mpirun"),
-                   ("mxnet", "native", 2, "mpirun"), ("tensorflow_ps_async", "synthetic", 3, "mpirun")]
+                   ("mxnet", "native", 2, "mpirun"), ("tensorflow_ps_async", "synthetic", 3, "mpirun"),
+                   ("torch_ps_async", "synthetic", 3, "torchrun"), ("mxnet_ps_sync", "synthetic", 3, "torchrun"),
+                   ("mxnet_ps_async", "synthetic", 3, "torchrun")]
 """One counted cell of each framework (ResNet20, the launch tests' workload)."""
 
 
