@@ -5,23 +5,17 @@ polling for its handles (``WaitAndClear``) is counted apart from its thread's wo
 threshold of 0 instead of Horovod's 128 MiB (every gradient its own all-reduce) moves the
 communication threads' count, not the rank's (docs/measurements.md "Horovod over gloo under
 callgrind")."""
-from pathlib import Path
-
 import pytest
 
 from harness.judging.instructions import cell_instructions, compare_instructions
 from harness.launch.launchers import LAUNCHERS
-from harness.launch.runner import RunLimits, run_cell
 from harness.rank.callgrind_threads import COMMUNICATION, RANK, RANK_THREAD, TRANSPORT
-from harness.rank.cell import Cell
 from harness.rank.frameworks import FRAMEWORKS
 from harness.rank.instructions import INSTRUCTION_STEPS, missing_tools
 from harness.rank.runtime import unavailable
-from harness.rank.spec import RankOptions
-from harness.session.instructions import instruction_limits, instruction_workload
 
 from ..components import LAUNCHER_COMPONENTS, framework_component, needs
-from ..workloads import TEST_MODEL, TINY
+from .test_instruction_counts import launched_under_callgrind
 
 pytestmark = pytest.mark.launch
 
@@ -35,24 +29,13 @@ def horovodrun():
     return launcher
 
 
-def launched_under_callgrind(launcher, workdir: Path, **framework_options) -> list[dict]:
-    """The records of one launch of the 2-rank Horovod cell, Gloo controller, ranks under callgrind."""
-    cell = Cell(framework="horovod", loader="synthetic", model=TEST_MODEL, ranks=2)
-    options = RankOptions(count_instructions=True, count_work=False, yardstick=False, compute_probe=False,
-                          framework_options=framework_options)
-    run = run_cell(cell, instruction_workload(TINY), launcher, workdir=workdir, options=options,
-                   limits=instruction_limits(RunLimits()))
-    assert run.ok, run.error
-    return run.records
-
-
 def test_horovods_background_loop_over_gloo_is_counted_as_communication_and_moves_with_the_fusion(horovodrun, tmp_path):
     """Each rank: one communication thread (Horovod's background loop: 3.5-4.1 million instructions a
     step here), its TCP loops transport, its own thread dominant and its polling for its handles
     counted apart; the fusion threshold at 0 (59 all-reduces a step instead of 1-9 fused ones,
     without the fusion buffer's copies) moved the communication threads 7-12% down where their A/A
     spread was 3%, and left the rank threads the same within 0.02%."""
-    records = launched_under_callgrind(horovodrun, tmp_path / "default")
+    records = launched_under_callgrind(horovodrun, tmp_path / "default", "horovod")
     for record in records:
         assert record["framework_settings"]["controller"] == "gloo", record["framework_settings"]
         counted = record["instructions"]
@@ -66,7 +49,7 @@ def test_horovods_background_loop_over_gloo_is_counted_as_communication_and_move
         assert rank_thread["kind"] == RANK and all(rank_thread.get("waiting", [0] * INSTRUCTION_STEPS)), rank_thread
         assert counted["steps"] == [sum(kinds[kind][step] for kind in kinds) for step in range(INSTRUCTION_STEPS)]
     default = cell_instructions(records)
-    unfused_records = launched_under_callgrind(horovodrun, tmp_path / "unfused", fusion_threshold_mb=0)
+    unfused_records = launched_under_callgrind(horovodrun, tmp_path / "unfused", "horovod", fusion_threshold_mb=0)
     assert {record["framework_settings"]["fusion_threshold_bytes"] for record in records} == {128 * 1024 * 1024}
     assert {record["framework_settings"]["fusion_threshold_bytes"] for record in unfused_records} == {0}
     unfused = cell_instructions(unfused_records)

@@ -70,9 +70,9 @@ def test_an_ab_tells_other_kernels_apart_by_their_instructions_though_their_work
         assert "instructions" in record["work"]["not_counted"]["flops"]  # the work's counting would be counted
 
 
-def launched_under_callgrind(launcher, workdir: Path, **framework_options) -> list[dict]:
-    """The records of one launch of the 2-rank DDP cell with its ranks under callgrind."""
-    cell = Cell(framework="ddp", loader="synthetic", model=TEST_MODEL, ranks=2)
+def launched_under_callgrind(launcher, workdir: Path, framework: str = "ddp", **framework_options) -> list[dict]:
+    """The records of one launch of the 2-rank cell of ``framework`` with its ranks under callgrind."""
+    cell = Cell(framework=framework, loader="synthetic", model=TEST_MODEL, ranks=2)
     options = RankOptions(count_instructions=True, count_work=False, yardstick=False, compute_probe=False,
                           framework_options=framework_options)
     run = run_cell(cell, instruction_workload(TINY), launcher, workdir=workdir, options=options,
@@ -106,3 +106,26 @@ def test_two_ddp_ranks_count_their_gloo_threads_as_communication_which_moves_wit
     assert by_kind["communication"].changed
     assert small["kinds"]["communication"] > 1.5 * default["kinds"]["communication"]
     assert change.changed and not by_kind["rank"].changed
+
+
+def test_two_tensorflow_ranks_count_their_runtimes_pool_as_the_rank_and_its_collective_executor_as_communication(
+        tmp_path):
+    """TensorFlow runs a step's operations on its own pool (``tf_Compute``), not on the rank's
+    thread, which only dispatches them (14.5 million instructions a step against the pool's 697
+    million); its collective executor runs the ring all-reduce, gRPC's threads move the bytes."""
+    from harness.rank.frameworks import FRAMEWORKS
+    from harness.rank.runtime import unavailable
+
+    from ..components import framework_component
+
+    needs("callgrind", missing_tools())
+    needs(framework_component("tensorflow"), unavailable("tensorflow", FRAMEWORKS.entry("tensorflow")))
+    launcher = LAUNCHERS.create("mpirun")
+    needs("mpirun", launcher.unavailable_reason())
+    for record in launched_under_callgrind(launcher, tmp_path, "tensorflow"):
+        counted = record["instructions"]
+        kinds = {thread["name"]: thread["kind"] for thread in counted["threads"] if thread["name"]}
+        assert kinds["tf_Compute"] == "rank" and kinds["collective_ops"] == "communication", kinds
+        assert kinds.get("event_engine", "transport") == "transport"
+        assert counted["kinds"]["rank"][-1] > 0.95 * counted["per_step"] > 5 * 10 ** 8  # the pool's compute in it
+        assert counted["kinds"]["communication"][-1] > 10 ** 6  # the ring's reductions of 269,722 floats

@@ -48,6 +48,22 @@ def test_the_scheduler_listings_map_valgrinds_thread_ids_to_the_kernels():
     (8, "callgrind-amd64", ["horovod::common::HorovodOp::ScaleBuffer(double)", "opal_progress",
                             "ompi_coll_libnbc_progress"], TRANSPORT),  # over MPI it polls MPI's progress engine
     (9, "tf_data_private_threadpool", [], LOADER),
+    # TensorFlow's collectives: its executor runs the ring's reductions, gRPC's threads move the bytes
+    (101, "collective_ops", [], COMMUNICATION),
+    (12, "event_engine", [], TRANSPORT),
+    (17, "grpcpp_sync_ser", [], TRANSPORT),
+    # TensorFlow's inter-op pool runs the step's operations: 98% of a rank's instructions a step
+    (4, "tf_Compute", [], RANK),
+    (4, "callgrind-amd64", ["Eigen::ThreadPoolTempl<tsl::thread::EigenEnvironment>::WorkerLoop(int)",
+                            "Eigen::ThreadPoolTempl<tsl::thread::EigenEnvironment>::WaitForWork("
+                            "Eigen::EventCount::Waiter*, tsl::thread::EigenEnvironment::Task*)"], RANK),
+    # MXNet's engine workers keep the interpreter's name, and run the operators the rank pushes
+    (7, "callgrind-amd64", ["mxnet::engine::ThreadedEngine::ExecuteOprBlock(mxnet::RunContext, "
+                            "mxnet::engine::OprBlock*)", "pthread_mutex_unlock@@GLIBC_2.2.5"], RANK),
+    # Horovod's TensorFlow operations enqueue their tensors from the pool: it stays the rank's
+    (4, None, ["Eigen::ThreadPoolTempl<tsl::thread::EigenEnvironment>::WorkerLoop(int)",
+               "horovod::common::EnqueueTensorAllreduces(std::vector<std::shared_ptr<horovod::common::OpContext>, "
+               "std::allocator<std::shared_ptr<horovod::common::OpContext> > >&)"], RANK),
     (10, "python3", ["dali::ThreadPool::ThreadMain(int, int, bool, std::string const&)"], LOADER),
     (11, "python3", ["PyThread_acquire_lock_timed", "sem_clockwait"], OTHER),
     (12, None, [], OTHER),
