@@ -278,10 +278,10 @@ def parameter_server_work(graph, *, workers: int, servers: int, batch_size: int,
     sends every worker (the same for each), and each server's share of it by worker (as the
     harness's own servers count it, harness.rank.frameworks.torch_ps.served_work).
 
-    Every worker runs this graph each step: its operations, FLOPs, and its reads (``pull``) and
-    writes (``push``) of the servers' variables with their bytes, counted from the graph rather
-    than in a step after the window, since the coordinator runs none. The batch's images are the
-    workload's; what TensorFlow's worker reads to make them is not counted, nor its memory."""
+    Every worker runs this graph each step: its operations, FLOPs, and what it pushes to the
+    servers and pulls from them with the bytes (:class:`ServerTraffic`), counted from the graph
+    rather than in a step after the window, since the coordinator runs none. The batch's images are
+    the workload's; what TensorFlow's worker reads to make them is not counted, nor its memory."""
     counts = GraphCounts()
     not_counted = {"gpu": "TensorFlow's kernels are not read from its profiler" if gpu
                    else "a CPU rank runs no GPU kernels",
