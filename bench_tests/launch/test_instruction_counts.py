@@ -108,11 +108,12 @@ def test_two_ddp_ranks_count_their_gloo_threads_as_communication_which_moves_wit
     assert change.changed and not by_kind["rank"].changed
 
 
-def test_two_tensorflow_ranks_count_their_runtimes_pool_as_the_rank_and_its_collective_executor_as_communication(
-        tmp_path):
+def test_two_tensorflow_ranks_count_their_runtimes_pools_as_the_rank(tmp_path):
     """TensorFlow runs a step's operations on its own pool (``tf_Compute``), not on the rank's
     thread, which only dispatches them (14.5 million instructions a step against the pool's 697
-    million); its collective executor runs the ring all-reduce, gRPC's threads move the bytes."""
+    million), and the ring all-reduce's reductions on its collective executor's threads or on that
+    pool, whichever is free: the rank's kind holds them all, steady from step to step though the
+    executor's own threads counted 1.62 million in one step and 0.22 million in the next."""
     from harness.rank.frameworks import FRAMEWORKS
     from harness.rank.runtime import unavailable
 
@@ -125,7 +126,8 @@ def test_two_tensorflow_ranks_count_their_runtimes_pool_as_the_rank_and_its_coll
     for record in launched_under_callgrind(launcher, tmp_path, "tensorflow"):
         counted = record["instructions"]
         kinds = {thread["name"]: thread["kind"] for thread in counted["threads"] if thread["name"]}
-        assert kinds["tf_Compute"] == "rank" and kinds["collective_ops"] == "communication", kinds
+        assert kinds["tf_Compute"] == "rank" and kinds["collective_ops"] == "rank", kinds
         assert kinds.get("event_engine", "transport") == "transport"
-        assert counted["kinds"]["rank"][-1] > 0.95 * counted["per_step"] > 5 * 10 ** 8  # the pool's compute in it
-        assert counted["kinds"]["communication"][-1] > 10 ** 6  # the ring's reductions of 269,722 floats
+        rank = counted["kinds"]["rank"]
+        assert rank[-1] > 0.99 * counted["per_step"] > 5 * 10 ** 8  # the pools' compute in it
+        assert abs(rank[0] / rank[1] - 1) < 0.005, rank  # the reductions' threads change, their sum does not

@@ -2,7 +2,8 @@
 ``--separate-threads=yes`` writes a dump file per thread), its name and its kind.
 
 A kind is :data:`RANK` for the thread that runs the step (valgrind's thread 1, the rank's main
-thread) and the runtime's pool that runs its operations for it (TensorFlow's, MXNet's engine),
+thread) and the runtime's pools that run its operations for it (TensorFlow's, its collective
+executor's, MXNet's engine),
 :data:`COMMUNICATION` for the threads that run a collective library's algorithms (gloo's
 run loops, NCCL's, Horovod's background loop over gloo, 69-81% of whose count is its all-reduces:
 the fusion buffer's copies, gloo's reductions, the averaging; the rest, its negotiation, follows
@@ -37,20 +38,20 @@ RANK_THREAD = 1
 """valgrind's id of a process's first thread: the rank's main thread, which runs its steps (on a
 CPU, autograd runs the backward on the thread that calls it)."""
 
-COMPUTE_NAMES = re.compile(r"^tf_Compute$")
+COMPUTE_NAMES = re.compile(r"^(?:tf_Compute|collective_ops)$")
 COMPUTE_FUNCTIONS = re.compile(r"^(?:Eigen::ThreadPoolTempl<(?:tsl|tensorflow)::thread::EigenEnvironment>::WorkerLoop|"
                                r"mxnet::engine::ThreadedEngine::ExecuteOprBlock)\(")
 """A runtime's own pool that runs the step's operations for the rank's thread, which only dispatches
 them: TensorFlow's (its inter-op pool, ``tf_Compute``, ran 697 million instructions of a CPU
 rank's 712 million a step, the rank's thread 14.5 million) and MXNet's engine's workers (328
-million of 340 million). Their threads are the rank's kind."""
+million of 340 million). Their threads are the rank's kind. So is TensorFlow's collective executor
+(``collective_ops``): its ring reductions run on its own threads or on the compute pool, whichever
+is free (1.62 million a step on one, then 0.22 million with the pool's thread 1.45 million more), so
+no thread tells a TensorFlow rank's communication apart, and the rank's kind keeps their sum."""
 TRANSPORT_NAMES = re.compile(r"tcp_loop|^event_engine$|^grpc", re.IGNORECASE)
 """gloo's TCP loop; gRPC's event engine and server threads, which carry TensorFlow's collectives'
 bytes between workers (0.01 to 0.3 million instructions a step, thread by thread, as the bytes come)."""
-COMMUNICATION_NAMES = re.compile(r"gloo|nccl|horovod|mpi|pmix|ucx|progress|^collective_ops$", re.IGNORECASE)
-"""The threads a collective library names: gloo's run loops, NCCL's, Horovod's, MPI's, and
-TensorFlow's collective executor (``collective_ops``: its ring all-reduce, 1.66 million
-instructions a step on one of two ranks, 3.2 million on the other, steady within 2%)."""
+COMMUNICATION_NAMES = re.compile(r"gloo|nccl|horovod|mpi|pmix|ucx|progress", re.IGNORECASE)
 LOADER_NAMES = re.compile(r"tf_data|dali|pin_memory", re.IGNORECASE)
 TRANSPORT_FUNCTIONS = re.compile(
     r"^(?:(?:non-virtual thunk to )?gloo::transport::tcp::(?:Loop::run|Pair::handleEvents|Listener::handleEvents)\(|"

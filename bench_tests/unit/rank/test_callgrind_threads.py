@@ -48,8 +48,9 @@ def test_the_scheduler_listings_map_valgrinds_thread_ids_to_the_kernels():
     (8, "callgrind-amd64", ["horovod::common::HorovodOp::ScaleBuffer(double)", "opal_progress",
                             "ompi_coll_libnbc_progress"], TRANSPORT),  # over MPI it polls MPI's progress engine
     (9, "tf_data_private_threadpool", [], LOADER),
-    # TensorFlow's collectives: its executor runs the ring's reductions, gRPC's threads move the bytes
-    (101, "collective_ops", [], COMMUNICATION),
+    # TensorFlow's collective executor runs the ring's reductions on its threads or on the compute
+    # pool, whichever is free: the rank's kind keeps both; gRPC's threads move the bytes
+    (101, "collective_ops", [], RANK),
     (12, "event_engine", [], TRANSPORT),
     (17, "grpcpp_sync_ser", [], TRANSPORT),
     # TensorFlow's inter-op pool runs the step's operations: 98% of a rank's instructions a step
