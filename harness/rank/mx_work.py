@@ -19,7 +19,7 @@ import tempfile
 
 import mxnet as mx
 
-from harness.rank.work import CollectiveTally, NotCounted, WorkCounter
+from harness.rank.work import CollectiveTally, NotCounted, WorkCounter, kernels_not_counted
 
 FLOP_LAYERS = ("Convolution", "FullyConnected")
 
@@ -85,5 +85,4 @@ class MXWorkCounter(WorkCounter):
                               "optimizer": "MXNet counts no FLOPs"}},
                 "collectives": self.tally.to_json(),
                 "not_counted": {"memory": "MXNet 1.9 gives a GPU's free and total memory, no allocator's peak",
-                                "gpu": "MXNet's kernels are not read from its profiler" if self.device.type == "cuda"
-                                else "a CPU rank runs no GPU kernels"}}
+                                "gpu": kernels_not_counted("MXNet", self.device.type == "cuda")}}

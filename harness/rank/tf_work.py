@@ -24,7 +24,7 @@ from typing import Iterable
 import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 
-from harness.rank.work import COUNTED_STEPS, CollectiveTally, NotCounted, WorkCounter
+from harness.rank.work import COUNTED_STEPS, CollectiveTally, NotCounted, WorkCounter, kernels_not_counted
 
 COLLECTIVE_OPS = {
     "CollectiveReduce": "all_reduce", "CollectiveReduceV2": "all_reduce", "CollectiveReduceV3": "all_reduce",
@@ -227,8 +227,7 @@ class TFWorkCounter(WorkCounter):
         if not calls:
             raise NotCounted("the adapter called no traced function in the counted step")
         counts = GraphCounts()
-        not_counted = {"gpu": "TensorFlow's kernels are not read from its profiler"
-                       if self.device.type == "cuda" else "a CPU rank runs no GPU kernels"}
+        not_counted = {"gpu": kernels_not_counted("TensorFlow", self.device.type == "cuda")}
         try:
             for phase, function, args in calls:
                 count_graph(function.get_concrete_function(*args).graph, step_phase(phase), counts)
@@ -283,8 +282,7 @@ def parameter_server_work(graph, *, workers: int, servers: int, batch_size: int,
     rather than in a step after the window, since the coordinator runs none. The batch's images are
     the workload's; what TensorFlow's worker reads to make them is not counted, nor its memory."""
     counts = GraphCounts()
-    not_counted = {"gpu": "TensorFlow's kernels are not read from its profiler" if gpu
-                   else "a CPU rank runs no GPU kernels",
+    not_counted = {"gpu": kernels_not_counted("TensorFlow", gpu),
                    "memory": "a parameter-server worker's steps run in TensorFlow's worker, whose allocator's peak "
                              "is not read",
                    "data": "TensorFlow's worker makes the batch from the per-worker dataset: what it read is not counted"}

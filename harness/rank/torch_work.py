@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness.rank.work import CollectiveTally, WorkCounter
+from harness.rank.work import CPU_RANK_KERNELS, CollectiveTally, WorkCounter
 
 COLLECTIVE_KINDS = {
     "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce",
@@ -174,7 +174,7 @@ class TorchWorkCounter(WorkCounter):
             work["gpu"] = {"kernels": self.kernels.kernels}
             work["timed"] = {"gpu_kernel_time_s": self.kernels.kernel_time_s}
         else:
-            work["not_counted"]["gpu"] = "a CPU rank runs no GPU kernels"
+            work["not_counted"]["gpu"] = CPU_RANK_KERNELS
         return work
 
 

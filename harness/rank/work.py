@@ -55,6 +55,14 @@ TIMED_FIGURES = {"gpu_kernel_time_s": "the sum of the step's GPU kernels' device
 never part of it (a slower or power-capped GPU moves them with the same work)."""
 
 
+CPU_RANK_KERNELS = "a CPU rank runs no GPU kernels"
+
+
+def kernels_not_counted(runtime: str, gpu: bool) -> str:
+    """Why a rank's ``gpu`` part is missing where its runtime's profiler is not read."""
+    return f"{runtime}'s kernels are not read from its profiler" if gpu else CPU_RANK_KERNELS
+
+
 class NotCounted(Exception):
     """A count that cannot be had here; its message says why."""
 

@@ -169,8 +169,8 @@ class TensorFlowPSAdapter(ServerRoles, FrameworkAdapter, Server, Follower):
     def serve(self, progress: Callable[[str, int, int], None], steps: int) -> dict:
         done = self._await(self.workdir / DONE, progress)
         server = self.rank.rank - self.workers
-        work = done.get("work", {}).get(str(server)) or \
-            {"not_counted": done.get("work", {}).get("not_counted", "the coordinator counted no step")}
+        served = done.get("work", {})
+        work = served.get(str(server)) or {"not_counted": served.get("not_counted", "the coordinator counted no step")}
         return {"role": "server", "server": server, **done["servers"], "work": work}
 
     def _await(self, path: Path, progress: Callable[[str, int, int], None]) -> dict:
