@@ -26,7 +26,7 @@ SAME_WITHIN = 0.001
 by at most 0.02% (docs/measurements.md, "Host instructions")."""
 
 NOT_JUDGED = {
-    "transport": "its count follows when the peers' bytes arrive",
+    "transport": "its count follows when the peers' bytes arrive and how long the ranks wait for them",
     "other": "helper threads whose wake-ups follow timing",
 }
 """Thread kinds whose counts are shown and never make a change, and why: in A/As of a 2-rank DDP cell a

@@ -183,8 +183,8 @@ def test_the_transport_and_helper_threads_are_shown_and_never_judged():
     assert not against_polling.changed and against_polling.current == against_polling.reference == 900_300_000
     kinds = {kind.kind: kind for kind in change.kinds}
     assert not kinds["transport"].judged and not kinds["transport"].changed and not kinds["other"].changed
-    assert ("transport 18,700 against 41,000 (not judged: its count follows when the peers' bytes arrive)"
-            in change.text())
+    assert ("transport 18,700 against 41,000 (not judged: its count follows when the peers' bytes arrive and how long "
+            "the ranks wait for them)" in change.text())
 
 
 def test_the_functions_of_a_kind_that_moved_on_its_own_are_named_with_the_kind():

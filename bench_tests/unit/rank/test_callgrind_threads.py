@@ -174,6 +174,46 @@ HOROVOD_FUSION_THRESHOLD=0: the 59 gradients' ``synchronize`` polled their handl
 49,675,993 instructions of its 946,394,985 (the next step: 16,575,506 of 913,281,624; the rest
 896,718,992 and 896,706,118)."""
 
+HOROVOD_BACKGROUND_LOOP_NEGOTIATING = """\
+# callgrind format
+version: 1
+creator: callgrind-3.19.0
+pid: 2943
+cmd:  /work/main/.venv/bin/python -m harness.rank.worker /tmp/hvd1/default/horovod-synthetic-resnet20-g2/spec.json
+part: 1
+thread: 3
+
+positions: line
+events: Ir
+summary: 3592853
+
+fn=(3466) horovod::common::Controller::ComputeResponseList(bool, horovod::common::HorovodGlobalState&, horovod::common::ProcessSet&)
+76 44
++4 4
+cfi=(135) /tmp/pip-wheel-829qsl1o/horovod_1b35f60f737b485d9ac3408368be7214/horovod/common/tensor_queue.cc
+cfn=(3560) horovod::common::TensorQueue::PopMessagesFromQueue(std::deque<horovod::common::Request, std::allocator<horovod::common::Request> >&)
+calls=4 +72 
+* 7322
+
+fn=(3496) horovod::common::(anonymous namespace)::BackgroundThreadLoop(horovod::common::HorovodGlobalState&)
+753 4
+cfi=(132)
+cfn=(3466)
+calls=4 76 
+* 456017
+cfi=(115)
+cfn=(3464) horovod::common::Controller::ComputeResponseList(bool, horovod::common::HorovodGlobalState&, horovod::common::ProcessSet&)
+calls=1 474 
+* 4653
+* 4
+
+totals: 3592853
+"""
+"""Rank 0's Horovod background loop over gloo (valgrind's thread 3), the first counted step at the
+default fusion threshold: its four negotiations (two entries of ``ComputeResponseList``, the second
+still running when the step was dumped) counted 460,670 of its 3,592,853 instructions; in the next
+step 533,898 of 3,629,323, while the rest of the loop counted 3,132,183 and 3,095,425."""
+
 HOROVOD_GLOO_BACKGROUND_LOOP = [  # rank 0's valgrind thread 3, among the 281 functions of its step's dump
     "horovod::common::(anonymous namespace)::BackgroundThreadLoop(horovod::common::HorovodGlobalState&)",
     "horovod::common::GlooAllreduce::Execute(std::vector<horovod::common::TensorTableEntry, "
@@ -210,3 +250,15 @@ def test_the_rank_threads_polling_for_horovods_handles_is_counted_apart_as_trans
     assert [(thread["thread"], thread["kind"], thread["count"], thread["waiting"]) for thread in threads] == [
         (1, RANK, 946_394_985, 49_675_993), (5, TRANSPORT, 194_176, 0)]
     assert by_kind(threads) == {RANK: 896_718_992, COMMUNICATION: 0, TRANSPORT: 49_675_993 + 194_176, LOADER: 0, OTHER: 0}
+
+
+def test_horovods_negotiation_on_its_background_loop_is_counted_apart_as_transport(tmp_path):
+    """Each negotiation follows how the gradients fall into Horovod's 1 ms cycles, not the code: its
+    inclusive count (both entries the dump names, not the functions it calls again) is the loop's
+    waiting; the all-reduces and the rest of the loop stay communication."""
+    assert waiting_count(HOROVOD_BACKGROUND_LOOP_NEGOTIATING) == 456_017 + 4_653
+    (tmp_path / "callgrind-2943.out.1-03").write_text(HOROVOD_BACKGROUND_LOOP_NEGOTIATING)
+    threads = step_threads(thread_files(tmp_path, "callgrind-2943.out", 1), {3: "callgrind-amd64"})
+    assert [(thread["kind"], thread["count"], thread["waiting"]) for thread in threads] == [
+        (COMMUNICATION, 3_592_853, 460_670)]
+    assert by_kind(threads) == {RANK: 0, COMMUNICATION: 3_132_183, TRANSPORT: 460_670, LOADER: 0, OTHER: 0}
