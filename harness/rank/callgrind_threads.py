@@ -3,22 +3,21 @@
 
 A kind is :data:`RANK` for the thread that runs the step (valgrind's thread 1, the rank's main
 thread) and the runtime's pools that run its operations for it (TensorFlow's, its collective
-executor's, MXNet's engine),
-:data:`COMMUNICATION` for the threads that run a collective library's algorithms (gloo's
-run loops, NCCL's, Horovod's background loop over gloo, 69-81% of whose count is its all-reduces:
-the fusion buffer's copies, gloo's reductions, the averaging; the rest, its negotiation, follows
-how many 1 ms cycles the gradients fall into and is counted apart, as its waiting), :data:`TRANSPORT` for those that move the
-bytes as they arrive or poll for them (gloo's TCP loop: its count follows when its peers' bytes
-come, from a few tens of thousands of instructions a step to a few hundred thousand in the same
-cell; a thread that polls Open MPI's progress engine, as Horovod's background loop over MPI does
-while it waits: 96% of its 227-315 million a step), :data:`LOADER` for an
-input pipeline's (tf.data's, DALI's, torch's pin-memory thread) and :data:`OTHER` for the rest. A thread
-is known by its name (``/proc/self/task/<lwpid>/comm``, matched to valgrind's thread id through
-its scheduler's listing) where the library names its threads, else by the functions its dump
-holds (Horovod's threads and the gloo it builds keep the interpreter's name). A thread's dump
-names the functions it ran from wherever it stood when the instrumentation started: a TCP loop
-caught inside an event's handler never names ``Loop::run`` (callgrind charges the loop's own code
-to the handler it started in), so the handlers name it too.
+executor's, MXNet's engine), :data:`COMMUNICATION` for the threads that run a collective library's
+algorithms (gloo's run loops, NCCL's, Horovod's background loop over gloo, 69-81% of whose count is
+its all-reduces: the fusion buffer's copies, gloo's reductions, the averaging; the rest, its
+negotiation, follows how many 1 ms cycles the gradients fall into and is counted apart, as its
+waiting), :data:`TRANSPORT` for those that move the bytes as they arrive or poll for them (gloo's
+TCP loop: its count follows when its peers' bytes come, from a few tens of thousands of instructions
+a step to a few hundred thousand in the same cell; a thread that polls Open MPI's progress engine,
+as Horovod's background loop over MPI does while it waits: 96% of its 227-315 million a step),
+:data:`LOADER` for an input pipeline's (tf.data's, DALI's, torch's pin-memory thread) and
+:data:`OTHER` for the rest. A thread is known by its name (``/proc/self/task/<lwpid>/comm``, matched
+to valgrind's thread id through its scheduler's listing) where the library names its threads, else
+by the functions its dump holds (Horovod's threads and the gloo it builds keep the interpreter's
+name). A thread's dump names the functions it ran from wherever it stood when the instrumentation
+started: a TCP loop caught inside an event's handler never names ``Loop::run`` (callgrind charges
+the loop's own code to the handler it started in), so the handlers name it too.
 
 A thread's kind takes its whole count but for the part it spends waiting for its peers,
 :data:`WAITING_FUNCTIONS` (Horovod's ``WaitAndClear``, on the rank's thread: it polls its handle
@@ -67,9 +66,9 @@ WAITING_FUNCTIONS = re.compile(r"^horovod::(?:torch::WaitAndClear|common::Contro
 Horovod's torch binding polls its handle, releasing and taking the GIL each time, until the
 background thread is done (83,419 polls in one step); Horovod's background loop negotiates what
 is ready with the other ranks once a 1 ms cycle, as many times as the cycles the gradients fall
-into (0.45 to 0.53 million instructions a rank-step where its all-reduces and the rest of the loop
-counted 3.09 to 3.14 million, 0.76 to 0.81 against 2.46 to 2.48 with every gradient its own
-all-reduce; with it the loop's two steps were up to 10.3% apart in a launch)."""
+into (0.43 to 0.61 million instructions a rank-step where its all-reduces and the rest of the loop
+counted 3.02 to 3.14 million, 0.74 to 0.95 against 2.45 to 2.50 with every gradient its own
+all-reduce, four launches each; with it the loop's two steps were up to 10.3% apart in a launch)."""
 
 _TOTALS = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)
 _FUNCTION = re.compile(r"^c?fn=(?:\(\d+\) ?)?(.*)$", re.MULTILINE)
@@ -90,7 +89,7 @@ def dump_functions(text: str) -> set[str]:
 
 
 def waiting_count(text: str, waiting: re.Pattern = WAITING_FUNCTIONS) -> int:
-    """The instructions a dump's thread spent inside functions that poll for a collective's end:
+    """The instructions a dump's thread spent waiting for its peers, inside ``waiting``'s functions:
     the inclusive cost of every call into one of ``waiting`` from a function that is not one (the
     cost line after each ``calls=`` line of callgrind's format is the call's inclusive cost)."""
     positions = _POSITIONS.search(text)

@@ -12,8 +12,8 @@ counts :data:`INSTRUCTION_STEPS` steps: each zeroed and dumped through callgrind
 which act on every thread (its client requests to zero and dump act on the calling thread only),
 into a file per thread (``--separate-threads=yes``) whose total is that thread's count of the step;
 :mod:`harness.rank.callgrind_threads` tells the threads' kinds apart (and the part of a thread
-spent polling for a collective's end, which counts as transport). The rank runs one compute
-thread with ``PYTHONHASHSEED=0`` where the launch sets none (a second compute thread's spin-waits
+spent waiting for its peers, polling or negotiating, which counts as transport). The rank runs
+one compute thread with ``PYTHONHASHSEED=0`` where the launch sets none (a second compute thread's spin-waits
 and a random hash order are the counts' own noise), and oneDNN's AVX kernels (:data:`ONEDNN_ISA`):
 the counts describe the paths taken under valgrind, which offers no AVX-512 either. callgrind's
 client requests are macros; a few lines of C compiled before valgrind starts
@@ -177,8 +177,8 @@ def _rank_file(threads: list[dict]) -> str | None:
 
 def _threads_across_steps(steps: list[list[dict]]) -> list[dict]:
     """Each thread once: its id, name, kind and its count in each step (0 where it had no dump),
-    with the part of it spent polling for a collective's end (``waiting``, counted as transport)
-    where it had any."""
+    with the part of it spent waiting for its peers (``waiting``, counted as transport) where it
+    had any."""
     threads: dict[int, dict] = {}
     for index, step in enumerate(steps):
         for thread in step:
